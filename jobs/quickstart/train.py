@@ -1,0 +1,180 @@
+"""Quickstart training: a small causal LM with random weights, trained with DDP under torchrun.
+
+No download anywhere: the model is built from a transformers config, the text is generated
+here (a tiny grammar, byte-level tokens), so the loss falls quickly and visibly. gpujob passes
+the derived batch sizes and checkpoint settings as GPUJOB_* variables; flags override them.
+Checkpoints follow the Hugging Face layout (`checkpoint-N/`, `trainer_state.json` written
+last), saved by rank 0 into a temporary folder and renamed, so a half-written one never
+carries the final name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NOUNS = ["cat", "dog", "model", "gpu", "node", "rank", "token", "loss", "batch", "host"]
+VERBS = ["sees", "trains", "syncs", "saves", "loads", "feeds", "moves", "checks"]
+ADJECTIVES = ["small", "fast", "quiet", "pinned", "remote", "stable", "large", "bright"]
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=env_int("GPUJOB_MICRO_BATCH", 4))
+    parser.add_argument("--grad-accum", type=int, default=env_int("GPUJOB_GRAD_ACCUM_STEPS", 1))
+    parser.add_argument("--save-every", type=int, default=env_int("GPUJOB_SAVE_EVERY", 20))
+    parser.add_argument("--keep-last", type=int, default=env_int("GPUJOB_KEEP_LAST", 2))
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("GPUJOB_CHECKPOINT_DIR", "ckpt"))
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--log-every", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def sentence(rng: random.Random) -> str:
+    return (
+        f"the {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)} {rng.choice(VERBS)} "
+        f"the {rng.choice(NOUNS)}. "
+    )
+
+
+def batches(rank: int, micro_batch: int, seq_len: int, device: torch.device):
+    """Endless byte-level batches, a different stream per rank."""
+    rng = random.Random(1000 + rank)
+    while True:
+        rows = []
+        for _ in range(micro_batch):
+            text = ""
+            while len(text) < seq_len + 1:
+                text += sentence(rng)
+            rows.append(list(text.encode()[: seq_len + 1]))
+        data = torch.tensor(rows, dtype=torch.long, device=device)
+        yield data[:, :-1], data[:, 1:]
+
+
+def save_checkpoint(model: torch.nn.Module, optimizer, step: int, loss: float, args) -> Path:
+    root = Path(args.checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"checkpoint-{step}"
+    tmp = root / f".tmp-checkpoint-{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    state = {"global_step": step, "loss": loss, "saved_at": time.time()}
+    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, final)
+    prune(root, args.keep_last)
+    return final
+
+
+def prune(root: Path, keep_last: int) -> None:
+    """Keep the newest `keep_last` by step number (never by mtime)."""
+    steps = sorted(
+        int(p.name.split("-")[1])
+        for p in root.glob("checkpoint-*")
+        if p.name.split("-")[1].isdigit()
+    )
+    for step in steps[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(root / f"checkpoint-{step}", ignore_errors=True)
+
+
+def main() -> None:
+    args = parse_args()
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.manual_seed(args.seed)
+    print(f"rank {rank}/{world}: ready on {device} ({socket.gethostname()})", flush=True)
+
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 4,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        max_position_embeddings=max(128, args.seq_len),
+    )
+    model = LlamaForCausalLM(config).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    if rank == 0:
+        print(
+            f"model: {params / 1e6:.2f}M parameters; global batch "
+            f"{args.micro_batch * args.grad_accum * world} = micro {args.micro_batch} x accum "
+            f"{args.grad_accum} x world {world}",
+            flush=True,
+        )
+
+    data = batches(rank, args.micro_batch, args.seq_len, device)
+    tokens_per_step = args.micro_batch * args.grad_accum * world * args.seq_len
+    started = time.perf_counter()
+    window_start, window_step, loss_value = started, 0, float("nan")
+    for step in range(1, args.steps + 1):
+        optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=device)
+        for micro in range(args.grad_accum):
+            inputs, labels = next(data)
+            sync = micro == args.grad_accum - 1
+            with autocast, nullcontext() if sync else ddp.no_sync():
+                logits = ddp(input_ids=inputs).logits
+                loss = torch.nn.functional.cross_entropy(
+                    logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1)
+                )
+                (loss / args.grad_accum).backward()
+            total += loss.detach() / args.grad_accum
+        optimizer.step()
+        dist.all_reduce(total)
+        loss_value = total.item() / world
+        if rank == 0 and (step % args.log_every == 0 or step == 1):
+            now = time.perf_counter()
+            rate = tokens_per_step * (step - window_step) / max(now - window_start, 1e-9)
+            print(f"step {step}/{args.steps} loss {loss_value:.4f} tokens/s {rate:.0f}", flush=True)
+            window_start, window_step = now, step
+        if args.save_every and step % args.save_every == 0:
+            if rank == 0:
+                path = save_checkpoint(model, optimizer, step, loss_value, args)
+                print(f"checkpoint saved: {path}", flush=True)
+            dist.barrier()
+    elapsed = time.perf_counter() - started
+    if rank == 0:
+        print(
+            f"train tokens/s {tokens_per_step * args.steps / elapsed:.0f} over {args.steps} steps",
+            flush=True,
+        )
+        print(f"final loss {loss_value:.4f}", flush=True)
+    print(f"rank {rank}/{world}: done", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

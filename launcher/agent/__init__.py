@@ -1,0 +1,10 @@
+"""The agent copied to every host: runs a job detached, owns its log, reports its exit code.
+
+Standard library only (hosts may have nothing else). Its files are shipped as they are, so
+nothing here may import from the rest of `launcher`.
+"""
+
+from pathlib import Path
+
+AGENT_SOURCE = Path(__file__).with_name("agent.py")
+INIT_LOCK_SOURCE = Path(__file__).with_name("init_lock.py")

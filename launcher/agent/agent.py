@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""gpujob agent: supervises one node of a job on its host. Standard library only.
+
+Copied to every host as `gpujob-agent.py`, so it must run on whatever Python the host has.
+The job never depends on the client: `start` double-forks a supervisor into its own session,
+which runs `run.sh` in a new process group with its output going straight to `job.log` (a
+file descriptor, not a pipe through this process), records the exit code, and samples the
+job's peak memory. Clients read `status.json` and stream `job.log` by byte offset.
+
+    gpujob-agent.py start NODE_DIR        start detached, print the status
+    gpujob-agent.py status NODE_DIR       print the status (state `lost` if the host forgot it)
+    gpujob-agent.py cancel NODE_DIR [S]   SIGTERM the job, SIGKILL what is left after S seconds
+    gpujob-agent.py read NODE_DIR OFFSET  write the log from OFFSET to stdout, status to stderr
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STATUS = "status.json"
+TERMINAL = ("succeeded", "failed", "cancelled", "lost")
+SAMPLE_EVERY_S = 1.0
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomic: a reader sees the old status or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def log_line(node_dir: Path, text: str) -> None:
+    """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
+    config = read_json(node_dir / "job.json")
+    with open(node_dir / config.get("log", "job.log"), "ab") as log:
+        log.write(f"[gpujob-agent] {text}\n".encode())
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    return True
+
+
+def descendants(root: int) -> list[int]:
+    """All processes under `root`: torchrun's workers have their own process groups."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[-1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        for child in children.get(pid, []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def start(node_dir: Path) -> int:
+    status = read_json(node_dir / STATUS)
+    if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
+        print(json.dumps(status))
+        return 0
+    write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
+    subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "supervise", str(node_dir)],
+        cwd=node_dir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = read_json(node_dir / STATUS)
+        if status.get("state") != "starting":
+            print(json.dumps(status))
+            return 0 if status.get("state") in ("running", "succeeded") else 1
+        time.sleep(0.02)
+    print(json.dumps({"state": "failed", "reason": "the supervisor did not start in 30 s"}))
+    return 1
+
+
+def supervise(node_dir: Path) -> int:
+    config = read_json(node_dir / "job.json")
+    env = dict(os.environ)
+    secrets_file = config.get("secrets_file")
+    if secrets_file:
+        path = node_dir / secrets_file
+        env.update(read_json(path))
+        path.unlink(missing_ok=True)
+    log_fd = os.open(
+        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    )
+    try:
+        job = subprocess.Popen(
+            config["argv"],
+            cwd=node_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as err:
+        write_json(node_dir / STATUS, {"state": "failed", "reason": str(err), "exit_code": 127})
+        return 127
+    finally:
+        os.close(log_fd)
+    status: dict[str, Any] = {
+        "state": "running",
+        "job_id": config.get("job_id"),
+        "node_rank": config.get("node_rank"),
+        "pid": job.pid,
+        "supervisor_pid": os.getpid(),
+        "started_at": time.time(),
+        "peak_rss_bytes": 0,
+    }
+    write_json(node_dir / STATUS, status)
+    signal.signal(signal.SIGTERM, lambda *_: _forward(job.pid, signal.SIGTERM))
+    code = _wait(job, node_dir, status)
+    cancelled = (node_dir / "cancel-requested").exists()
+    status.update(
+        state="cancelled" if cancelled else ("succeeded" if code == 0 else "failed"),
+        exit_code=code,
+        ended_at=time.time(),
+    )
+    write_json(node_dir / STATUS, status)
+    return 0
+
+
+def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) -> int:
+    last_write = 0.0
+    while True:
+        try:
+            code = job.wait(timeout=SAMPLE_EVERY_S)
+            return code if code >= 0 else 128 - code
+        except subprocess.TimeoutExpired:
+            pass
+        rss = rss_bytes([job.pid, *descendants(job.pid)])
+        if rss > status["peak_rss_bytes"]:
+            status["peak_rss_bytes"] = rss
+        if time.monotonic() - last_write > 5:
+            write_json(node_dir / STATUS, status)
+            last_write = time.monotonic()
+
+
+def _forward(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def status_of(node_dir: Path) -> dict[str, Any]:
+    status = read_json(node_dir / STATUS)
+    if not status:
+        return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
+    if status.get("state") in ("starting", "running") and not alive(status.get("supervisor_pid")):
+        if status.get("state") == "running" or time.time() - status.get("requested_at", 0) > 30:
+            status.update(state="lost", reason="the agent is gone (host rebooted or killed)")
+    return status
+
+
+def cancel(node_dir: Path, grace_s: float) -> int:
+    (node_dir / "cancel-requested").touch()
+    status = status_of(node_dir)
+    pid = status.get("pid")
+    if status.get("state") in TERMINAL or not alive(pid):
+        print(json.dumps(status))
+        return 0
+    tree = [pid, *descendants(pid)]
+    log_line(node_dir, f"cancel: SIGTERM to the job, SIGKILL after {grace_s:g} s")
+    _forward(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in tree):
+        time.sleep(0.1)
+    for leftover in [p for p in tree if alive(p)]:
+        _forward(leftover, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and status_of(node_dir).get("state") not in TERMINAL:
+        time.sleep(0.05)
+    print(json.dumps(status_of(node_dir)))
+    return 0
+
+
+def read(node_dir: Path, offset: int) -> int:
+    """Log bytes from `offset` to stdout, then the status (with the new offset) on stderr."""
+    status = status_of(node_dir)
+    config = read_json(node_dir / "job.json")
+    path = node_dir / config.get("log", "job.log")
+    out = sys.stdout.buffer
+    end = offset
+    try:
+        with open(path, "rb") as log:
+            log.seek(offset)
+            while chunk := log.read(1 << 20):
+                out.write(chunk)
+                end += len(chunk)
+    except FileNotFoundError:
+        pass
+    out.flush()
+    status["offset"] = end
+    sys.stderr.write(json.dumps(status) + "\n")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("start", "supervise", "status", "cancel", "read"):
+        sys.stderr.write(__doc__ or "")
+        return 2
+    node_dir = Path(argv[1]).resolve()
+    if argv[0] == "start":
+        return start(node_dir)
+    if argv[0] == "supervise":
+        return supervise(node_dir)
+    if argv[0] == "status":
+        print(json.dumps(status_of(node_dir)))
+        return 0
+    if argv[0] == "cancel":
+        return cancel(node_dir, float(argv[2]) if len(argv) > 2 else 30.0)
+    return read(node_dir, int(argv[2]) if len(argv) > 2 else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,126 @@
+"""The `gpujob` command: parse, call one function, print. One catch site for user errors.
+
+Only click is imported at start-up; everything else is imported inside the command that needs
+it, so `gpujob --help` and `gpujob status` answer in a few times a bare `python -c pass`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from launcher.errors import ExitCode, GpujobError
+
+SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set profile=gpu."
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks (for bug reports).")
+@click.version_option(package_name="gpujob")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Run ML training jobs from a YAML spec on this machine or on rented GPU hosts.
+
+    \b
+    Start here:  gpujob submit jobs/quickstart.yaml
+    See the plan: gpujob submit jobs/quickstart.yaml --dry-run
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--dry-run", is_flag=True, help="Print every file and command; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@click.option("--detach", "-d", is_flag=True, help="Start the job and return its id.")
+@click.option("--job-id", help="Use this job id instead of a new one.")
+def submit(**kwargs: Any) -> None:
+    """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
+    from launcher.jobs import SubmitOptions
+    from launcher.jobs import submit as run_submit
+
+    sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("--node", type=int, help="Only this node's log (multi-node jobs).")
+@click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
+def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
+    """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
+    from launcher.jobs import logs as show_logs
+
+    sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--limit", default=20, show_default=True, help="How many jobs, newest first.")
+def status(as_json: bool, limit: int) -> None:
+    """Show jobs: state, nodes, runtime, exit code, last line."""
+    from launcher.jobs import status_rows
+    from launcher.textout import table
+
+    rows = status_rows(limit)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
+        return
+    columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "last_line")
+    click.echo(table(rows, columns))
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--grace", default=30.0, show_default=True, help="Seconds between TERM and KILL.")
+@click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
+def cancel(job: str, grace: float, dry_run: bool) -> None:
+    """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
+    from launcher.jobs import cancel as run_cancel
+
+    sys.exit(run_cancel(job, grace, dry_run))
+
+
+@cli.command()
+def schema() -> None:
+    """Print the job spec's JSON Schema (for editor completion)."""
+    import json
+
+    from launcher.spec.job import JobSpec
+
+    click.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="gpujob", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(ExitCode.USAGE)
+    except click.exceptions.Abort:
+        click.echo("gpujob: aborted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except GpujobError as err:
+        if debug:
+            raise
+        click.echo(f"gpujob: error: {err.one_line()}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        click.echo("gpujob: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

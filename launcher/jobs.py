@@ -1,0 +1,249 @@
+"""The job commands as functions: submit, logs, status, cancel. The CLI only parses and prints.
+
+This is the apply side: it loads a spec, asks `plan/` for a Plan, shows it or carries it out
+through `runtime/`, and records the job in the state db.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import GpujobError, UsageError
+from launcher.state.db import JobRecord, StateDB
+
+LOG = sys.stderr
+
+
+def say(text: str) -> None:
+    LOG.write(f"gpujob: {text}\n")
+    LOG.flush()
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    spec_path: str
+    sets: tuple[str, ...] = ()
+    dry_run: bool = False
+    as_json: bool = False
+    detach: bool = False
+    job_id: str | None = None
+
+
+def new_job_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{random.token_hex(2)}"
+
+
+def submit(options: SubmitOptions) -> int:
+    from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
+    from launcher.plan.build import Sources, build_plan
+    from launcher.plan.show import plan_json, plan_text
+    from launcher.providers.local import local_connections, local_target
+    from launcher.spec.image import load_image_definition
+    from launcher.spec.load import load_job_spec
+
+    loaded = load_job_spec(options.spec_path, options.sets)
+    spec = loaded.spec
+    if not loaded.workdir.is_dir():
+        raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
+    secret_values = _secret_values(loaded)
+    image = load_image_definition(spec.image, loaded.path.parent)
+    target = local_target(spec, image)
+    job_id = options.job_id or new_job_id(spec.name)
+    sources = Sources(
+        workdir=str(loaded.workdir),
+        agent=str(AGENT_SOURCE),
+        init_lock=str(INIT_LOCK_SOURCE),
+        spec_where=str(loaded.path),
+    )
+    plan = build_plan(spec, target, job_id, secret_values, image, sources)
+    if options.dry_run:
+        sys.stdout.write(plan_json(plan) if options.as_json else plan_text(plan))
+        return 0
+
+    from launcher.runtime.apply import apply_plan
+
+    db = StateDB()
+    if db.job(job_id) is not None and db.job(job_id).id == job_id:  # type: ignore[union-attr]
+        raise UsageError(f"job id {job_id} is taken", "leave out --job-id to get a new one")
+    say(f"job {job_id}: {spec.name}, {plan.world_size} rank(s) on {plan.provider}")
+    connections = local_connections()
+    db.add_job(
+        JobRecord(
+            id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
+            runtime=plan.runtime, hosts=[n.host for n in plan.nodes], node_dirs=plan.node_dirs,
+            state="starting", exit_code=None, created_at=time.time(), ended_at=None,
+            last_line=None,
+        )
+    )  # fmt: skip
+    try:
+        apply_plan(plan, dict(connections), say)
+    except BaseException:
+        db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
+        raise
+    db.update_job(job_id, "running")
+    if options.detach:
+        say(f"detached; follow it with: gpujob logs {job_id} -f")
+        print(job_id)
+        return 0
+    return logs(job_id, follow=True)
+
+
+def _secret_values(loaded: Any) -> dict[str, str]:
+    values = {}
+    for index, name in enumerate(loaded.spec.secrets):
+        if name not in os.environ:
+            raise UsageError(
+                f"{loaded.where('secrets', index)}: secrets: {name} is not set in your environment",
+                f"export {name}=... before submitting (its value is never written to the spec,"
+                " a command line or a log)",
+            )
+        values[name] = os.environ[name]
+    return values
+
+
+def _job_or_fail(db: StateDB, reference: str) -> JobRecord:
+    job = db.job(reference)
+    if job is None:
+        raise UsageError(f"no job `{reference}`", "`gpujob status` lists the jobs")
+    return job
+
+
+def logs(reference: str, *, follow: bool, node: int | None = None, tail: int | None = None) -> int:
+    from launcher.providers.local import local_connections
+    from launcher.runtime.logs import NodeStream, follow_logs, job_exit_code
+
+    db = StateDB()
+    job = _job_or_fail(db, reference)
+    connections = local_connections()
+    streams = [
+        NodeStream(rank=rank, node_dir=node_dir, connection=connections[job.hosts[rank]])
+        for rank, node_dir in enumerate(job.node_dirs)
+        if node is None or rank == node
+    ]
+    if not streams:
+        raise UsageError(f"job {job.id} has no node {node}; it has {len(job.node_dirs)}")
+    if tail is not None:
+        for stream in streams:
+            stream.offset = _tail_offset(stream, tail)
+    try:
+        done = follow_logs(streams, sys.stdout.buffer, follow=follow, prefix=len(job.node_dirs) > 1)
+    except KeyboardInterrupt:
+        say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    states = {stream.status.get("state") for stream in done}
+    if follow or states <= {"succeeded", "failed", "cancelled", "lost"}:
+        code = job_exit_code(done)
+        state = _job_state(done)
+        if state in ("succeeded", "failed", "cancelled", "lost"):
+            final = _final_line(done[0])
+            db.update_job(job.id, state, exit_code=code, last_line=final)
+            if follow:
+                say(f"job {job.id} {state} (exit code {code})")
+            return code
+    return 0
+
+
+def _quiet_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _tail_offset(stream: Any, lines: int) -> int:
+    """Offset of the last `lines` lines, reading backwards from the end: a 10 GB log is
+    never read whole."""
+    size = _log_size(stream)
+    start, found = size, b""
+    while start > 0 and found.count(b"\n") <= lines:
+        start = max(0, start - (64 << 10))
+        data, _ = stream.connection.read_log(stream.node_dir, start)
+        found = data[: size - start]
+    keep = found.rstrip(b"\n").split(b"\n")[-lines:] if lines else []
+    return size - len(b"\n".join(keep)) - (1 if found.endswith(b"\n") and keep else 0)
+
+
+def _log_size(stream: Any) -> int:
+    path = Path(stream.node_dir) / "job.log"
+    return path.stat().st_size if path.exists() else 0
+
+
+def _job_state(streams: list[Any]) -> str:
+    states = [stream.status.get("state") for stream in streams]
+    for state in ("lost", "failed", "cancelled"):
+        if state in states:
+            return state
+    return states[0] if len(set(states)) == 1 else "running"
+
+
+def _final_line(stream: Any) -> str | None:
+    from launcher.runtime.logs import last_line
+
+    data, _ = stream.connection.read_log(stream.node_dir, max(0, stream.offset - 4096))
+    return last_line(data)
+
+
+def status_rows(limit: int = 20) -> list[dict[str, Any]]:
+    """Jobs, newest first, refreshed from their agents' status files (cheap: local reads)."""
+    db = StateDB()
+    rows = []
+    for job in db.jobs(limit):
+        state, code = job.state, job.exit_code
+        if not job.terminal and job.provider == "local":
+            state, code = _refresh_local(db, job)
+        runtime_s = (job.ended_at or time.time()) - job.created_at
+        rows.append(
+            {
+                "id": job.id, "name": job.name, "state": state, "exit_code": code,
+                "nodes": len(job.node_dirs), "provider": job.provider,
+                "runtime_s": round(runtime_s, 1), "last_line": job.last_line or "",
+            }
+        )  # fmt: skip
+    return rows
+
+
+def _refresh_local(db: StateDB, job: JobRecord) -> tuple[str, int | None]:
+    from launcher.agent.agent import status_of
+
+    statuses = [status_of(Path(node_dir)) for node_dir in job.node_dirs]
+    states = [s.get("state") for s in statuses]
+    for state in ("lost", "failed", "cancelled", "running", "starting", "succeeded"):
+        if state in states:
+            code = next((s.get("exit_code") for s in statuses if s.get("state") == state), None)
+            if state in ("lost", "failed", "cancelled", "succeeded"):
+                db.update_job(job.id, state, exit_code=code if code is not None else 1)
+            return state, code
+    return job.state, job.exit_code
+
+
+def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
+    db = StateDB()
+    job = _job_or_fail(db, reference)
+    commands = [
+        [sys.executable, str(Path(node_dir).parent / "gpujob-agent.py"), "cancel", node_dir,
+         f"{grace_s:g}"]
+        for node_dir in job.node_dirs
+    ]  # fmt: skip
+    if dry_run:
+        import shlex
+
+        for argv in commands:
+            print(shlex.join(argv))
+        return 0
+    from launcher.remote.local import LocalConnection
+
+    conn = LocalConnection()
+    for rank, argv in enumerate(commands):
+        result = conn.run(argv)
+        if not result.ok:
+            raise GpujobError(f"node {rank}: cancel failed: {result.stderr.strip()}")
+    db.update_job(job.id, "cancelled")
+    say(f"job {job.id} cancelled")
+    return 0

@@ -1,0 +1,321 @@
+"""spec -> Plan, with no I/O: the torchrun line, the per-node environment, the files and steps.
+
+Late-bound values (job id, node rank, rendezvous address) are substituted here and only here,
+like TorchX's `macros.Values.apply`: `${name}` in `run.args` for the names in `MACROS`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from launcher.errors import UsageError
+from launcher.plan.model import (
+    CopyFile,
+    NodePlan,
+    Plan,
+    RunCommand,
+    Step,
+    SyncDir,
+    Target,
+    WriteFile,
+)
+from launcher.plan.render import render_shell
+from launcher.spec.image import ImageDefinition
+from launcher.spec.job import JobSpec
+
+MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+LOOPBACK = ("127.", "localhost", "::1")
+AGENT_FILE = "gpujob-agent.py"
+INIT_FILE = "gpujob-init.py"
+DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Files shipped from this machine: the workdir and the agent's own source."""
+
+    workdir: str
+    agent: str
+    init_lock: str
+    spec_where: str = "the job spec"
+    excludes: tuple[str, ...] = ()
+
+
+def build_plan(
+    spec: JobSpec,
+    target: Target,
+    job_id: str,
+    secrets: dict[str, str],
+    image: ImageDefinition | None,
+    sources: Sources,
+) -> Plan:
+    if len(target.hosts) != spec.nodes:
+        raise UsageError(f"the job needs {spec.nodes} nodes but {len(target.hosts)} were given")
+    _check_rendezvous(spec, target)
+    job_dir = str(PurePosixPath(target.job_root) / job_id)
+    python = _job_python(target, image)
+    derived = _derived_values(spec, job_id, job_dir)
+    nodes = []
+    shipped_to: set[str] = set()
+    for rank, host in enumerate(target.hosts):
+        first_on_host = host not in shipped_to
+        shipped_to.add(host)
+        nodes.append(
+            _node_plan(
+                spec,
+                target,
+                job_id,
+                rank,
+                job_dir,
+                python,
+                image,
+                secrets,
+                sources,
+                derived,
+                first_on_host,
+            )
+        )
+    return Plan(
+        job_id=job_id,
+        name=spec.name,
+        provider=target.provider,
+        runtime=target.runtime,
+        world_size=spec.world_size,
+        nproc_per_node=spec.nproc_per_node,
+        grad_accum_steps=spec.grad_accum_steps,
+        nodes=tuple(nodes),
+        derived=derived,
+    )
+
+
+def _check_rendezvous(spec: JobSpec, target: Target) -> None:
+    if spec.nodes == 1 or target.one_machine:
+        return
+    head = target.addresses[0]
+    if head.startswith(LOOPBACK):
+        raise UsageError(
+            f"nodes: {spec.nodes} across several hosts, but node 0's address is {head}, a "
+            "loopback address the other nodes cannot reach",
+            "give node 0 a routable address (its provider's IP) so the rendezvous can form",
+        )
+
+
+def _job_python(target: Target, image: ImageDefinition | None) -> str:
+    if image is None or target.runtime == "docker":
+        return target.python
+    return str(PurePosixPath(_env_dir(target, image)) / "bin" / "python")
+
+
+def _env_dir(target: Target, image: ImageDefinition) -> str:
+    return str(PurePosixPath(target.env_root) / f"{image.name}-{image.fingerprint}")
+
+
+def _derived_values(spec: JobSpec, job_id: str, job_dir: str) -> dict[str, str]:
+    values = {
+        "job_id": job_id,
+        "nnodes": str(spec.nodes),
+        "nproc_per_node": str(spec.nproc_per_node),
+        "world_size": str(spec.world_size),
+        "checkpoint_dir": str(PurePosixPath(job_dir) / spec.checkpoints.dir),
+    }
+    optional = {
+        "global_batch": spec.batch.global_batch,
+        "micro_batch": spec.batch.micro_batch,
+        "grad_accum_steps": spec.grad_accum_steps,
+        "keep_last": spec.checkpoints.keep_last,
+        "save_every": spec.checkpoints.every_steps,
+    }
+    values.update({key: str(value) for key, value in optional.items() if value is not None})
+    return values
+
+
+def _substitute(text: str, values: dict[str, str], where: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise UsageError(
+                f"{where}: run.args: unknown macro ${{{name}}}",
+                f"known: {', '.join('${' + key + '}' for key in sorted(values))}",
+            )
+        return values[name]
+
+    return MACRO.sub(replace, text)
+
+
+def _node_plan(
+    spec: JobSpec,
+    target: Target,
+    job_id: str,
+    rank: int,
+    job_dir: str,
+    python: str,
+    image: ImageDefinition | None,
+    secrets: dict[str, str],
+    sources: Sources,
+    derived: dict[str, str],
+    first_on_host: bool,
+) -> NodePlan:
+    node_dir = f"{job_dir}/node-{rank}"
+    values = {**derived, "node_rank": str(rank)}
+    steps: list[Step] = []
+    if first_on_host:
+        steps.append(
+            SyncDir(
+                source=sources.workdir,
+                path=f"{job_dir}/workdir",
+                excludes=DEFAULT_EXCLUDES + sources.excludes,
+            )
+        )
+        steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
+        if spec.run.serialize_init:
+            steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
+        if image is not None and target.runtime == "bare":
+            requirements = f"{job_dir}/requirements.txt"
+            steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
+            steps.append(_env_setup(target, image, requirements))
+    if spec.setup:
+        steps.append(WriteFile(path=f"{node_dir}/setup.sh", content=spec.setup.rstrip() + "\n"))
+    steps.append(
+        WriteFile(
+            path=f"{node_dir}/run.sh",
+            content=_run_script(spec, target, rank, job_dir, node_dir, python, values, sources),
+            mode=0o755,
+        )
+    )
+    if secrets:
+        steps.append(
+            WriteFile(
+                path=f"{node_dir}/secrets.json",
+                content=json.dumps(secrets, sort_keys=True) + "\n",
+                mode=0o600,
+                secret=True,
+            )
+        )
+    steps.append(
+        WriteFile(path=f"{node_dir}/job.json", content=_agent_config(spec, job_id, rank, secrets))
+    )
+    steps.append(
+        RunCommand(
+            argv=(target.agent_python, f"{job_dir}/{AGENT_FILE}", "start", node_dir),
+            why="start the job detached under the agent",
+            starts_job=True,
+        )
+    )
+    return NodePlan(
+        rank=rank, host=target.hosts[rank], job_dir=job_dir, node_dir=node_dir, steps=tuple(steps)
+    )
+
+
+def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> RunCommand:
+    env = shlex.quote(_env_dir(target, image))
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            f"env={env}",
+            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
+            'mkdir -p "$(dirname "$env")"',
+            'exec 9>"$env.lock"',
+            "flock 9",
+            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
+            'echo "[gpujob] creating the job environment $env (first use of these pins)" >&2',
+            'rm -rf "$env"',
+            f'{shlex.quote(target.python)} -m venv "$env"',
+            '"$env/bin/python" -m pip install --quiet --quiet --disable-pip-version-check --no-input '
+            f"-r {shlex.quote(requirements)}",
+            'touch "$env/.gpujob-ready"',
+        ]
+    )
+    return RunCommand(
+        argv=("bash", "-c", script),
+        why=f"make the job environment from images/{image.name}.yaml (once per pin set)",
+    )
+
+
+def _run_script(
+    spec: JobSpec,
+    target: Target,
+    rank: int,
+    job_dir: str,
+    node_dir: str,
+    python: str,
+    values: dict[str, str],
+    sources: Sources,
+) -> str:
+    env: dict[str, str] = {f"GPUJOB_{key.upper()}": value for key, value in values.items()}
+    env.update(spec.nccl)
+    env.update(spec.envs)
+    if spec.run.serialize_init:
+        env["GPUJOB_INIT_LOCK"] = f"{job_dir}/init.lock"
+        env["GPUJOB_INIT_IMPORTS"] = ",".join(spec.run.init_imports)
+    if spec.nodes > 1 and target.one_machine and target.gpus_per_node:
+        first = rank * spec.nproc_per_node
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(
+            str(gpu) for gpu in range(first, first + spec.nproc_per_node)
+        )
+    limit = spec.run.memory_limit_gb
+    return render_shell(
+        "run.sh.j2",
+        job_id=values["job_id"],
+        node_rank=rank,
+        nnodes=spec.nodes,
+        env=sorted(env.items()),
+        memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
+        workdir=f"{job_dir}/workdir",
+        setup=f"{node_dir}/setup.sh" if spec.setup else None,
+        torchrun=_torchrun_argv(spec, target, rank, job_dir, python, values, sources),
+    )
+
+
+def _torchrun_argv(
+    spec: JobSpec,
+    target: Target,
+    rank: int,
+    job_dir: str,
+    python: str,
+    values: dict[str, str],
+    sources: Sources,
+) -> list[list[str]]:
+    """The torchrun command as groups of words (one flag and its value per group)."""
+    run = spec.run
+    groups = [[python, "-m", "torch.distributed.run"]]
+    if spec.nodes == 1:
+        groups += [["--standalone"], ["--nnodes", "1"]]
+    else:
+        head = target.addresses[0]
+        groups += [
+            ["--nnodes", str(spec.nodes)],
+            ["--rdzv-backend", "c10d"],
+            ["--rdzv-endpoint", f"{head}:{run.rdzv_port}"],
+            ["--rdzv-id", values["job_id"]],
+            ["--rdzv-conf", f"join_timeout={run.rdzv_timeout_s},read_timeout=60"],
+            ["--local-addr", target.addresses[rank]],
+        ]
+    groups += [
+        ["--nproc-per-node", str(spec.nproc_per_node)],
+        ["--max-restarts", str(run.max_restarts)],
+    ]
+    program: list[str] = [f"{job_dir}/{INIT_FILE}"] if run.serialize_init else []
+    if run.module:
+        program += ["-m", run.module] if run.serialize_init else ["--module", run.module]
+    else:
+        assert run.entrypoint is not None
+        program.append(run.entrypoint)
+    program += [_substitute(arg, values, sources.spec_where) for arg in run.args]
+    return [*groups, program]
+
+
+def _agent_config(spec: JobSpec, job_id: str, rank: int, secrets: dict[str, str]) -> str:
+    config = {
+        "job_id": job_id,
+        "node_rank": rank,
+        "nnodes": spec.nodes,
+        "argv": ["bash", "run.sh"],
+        "log": "job.log",
+        "secrets_file": "secrets.json" if secrets else None,
+        "grace_s": 30,
+    }
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,97 @@
+"""The Plan: everything gpujob will write and run, per node, as plain data.
+
+`--dry-run` prints this object; the apply side executes it and nothing else (TorchX's
+`AppDryRunInfo` shape). Paths are relative to the node's job directory unless absolute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Runtime = Literal["bare", "docker"]
+
+
+@dataclass(frozen=True)
+class WriteFile:
+    """A file to write atomically on the node; `secret` files are never shown."""
+
+    path: str
+    content: str
+    mode: int = 0o644
+    secret: bool = False
+
+
+@dataclass(frozen=True)
+class CopyFile:
+    """A file shipped from this machine (the agent, for one)."""
+
+    source: str
+    path: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class SyncDir:
+    """The workdir, shipped to the node minus what `.gpujobignore`/`.gitignore` exclude."""
+
+    source: str
+    path: str
+    excludes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """A command run on the node; `argv` is literal, never re-split by a shell."""
+
+    argv: tuple[str, ...]
+    why: str
+    starts_job: bool = False
+
+
+Step = WriteFile | CopyFile | SyncDir | RunCommand
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the nodes run, as far as planning needs to know."""
+
+    provider: str
+    runtime: Runtime
+    hosts: tuple[str, ...]
+    addresses: tuple[str, ...]
+    job_root: str
+    python: str
+    agent_python: str
+    env_root: str
+    gpus_per_node: int = 0
+
+    @property
+    def one_machine(self) -> bool:
+        return len(set(self.addresses)) <= 1 and all(h == self.hosts[0] for h in self.hosts)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    rank: int
+    host: str
+    job_dir: str
+    node_dir: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_id: str
+    name: str
+    provider: str
+    runtime: Runtime
+    world_size: int
+    nproc_per_node: int
+    grad_accum_steps: int | None
+    nodes: tuple[NodePlan, ...]
+    derived: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def node_dirs(self) -> list[str]:
+        return [node.node_dir for node in self.nodes]

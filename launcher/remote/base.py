@@ -1,0 +1,42 @@
+"""One Connection interface for every host: run, put, sync, read a log. Nobody else touches
+paramiko or subprocess for host work (fabric's `Connection` shape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Connection(Protocol):
+    host: str
+
+    def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
+        """Run a literal argv; with `stream`, show its stderr as it comes (long steps)."""
+        ...
+
+    def put(self, path: str, content: bytes, mode: int) -> None:
+        """Write a file atomically with `mode` from the first byte (secrets are never 0644)."""
+        ...
+
+    def put_file(self, source: str, path: str, mode: int) -> None: ...
+
+    def sync_dir(self, source: str, path: str, excludes: tuple[str, ...]) -> int:
+        """Ship a directory; only changed files move. Returns the number of files sent."""
+        ...
+
+    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
+        """Log bytes from `offset` and the node's agent status."""
+        ...
+
+    def close(self) -> None: ...

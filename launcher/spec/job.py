@@ -1,0 +1,232 @@
+"""The job spec: what a user writes in `jobs/*.yaml`.
+
+Field names follow SkyPilot where users already know them (`resources.accelerators`, `setup`,
+`run`, `envs`, `workdir`); `run` is structured rather than a shell string because gpujob
+builds the torchrun line itself (rendezvous, node rank, per-node environment).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
+CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+class FieldError(ValueError):
+    """A cross-field check that blames one field, so the error can point at its line."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise ValueError("an environment value must be a string, a number or a boolean")
+
+
+class Resources(StrictModel):
+    accelerators: str | None = Field(
+        default=None, description="GPU type and count per node, e.g. `A100:8`; none means CPU."
+    )
+    cpus: int | None = Field(default=None, ge=1)
+    memory_gb: float | None = Field(default=None, gt=0)
+    disk_gb: int = Field(default=50, ge=1, description="Free disk needed on each node.")
+    shm_gb: int = Field(default=16, ge=1, description="/dev/shm size of the job container.")
+
+    @field_validator("accelerators")
+    @classmethod
+    def _accelerators_form(cls, value: str | None) -> str | None:
+        if value is not None and not ACCELERATORS.match(value):
+            raise ValueError("write it as NAME or NAME:COUNT, e.g. `A100:8` or `H100`")
+        return value
+
+    @property
+    def gpu_name(self) -> str | None:
+        if self.accelerators is None:
+            return None
+        return self.accelerators.split(":")[0]
+
+    @property
+    def gpus_per_node(self) -> int:
+        if self.accelerators is None:
+            return 0
+        match = ACCELERATORS.match(self.accelerators)
+        assert match is not None
+        return int(match.group("count") or 1)
+
+
+class RunSpec(StrictModel):
+    """The program each rank runs; gpujob wraps it in torchrun."""
+
+    entrypoint: str | None = Field(default=None, description="Python script, relative to workdir.")
+    module: str | None = Field(default=None, description="Python module to run with `-m`.")
+    args: list[str] = Field(default_factory=list)
+    nproc_per_node: int | None = Field(
+        default=None, ge=1, description="Ranks per node; defaults to the GPUs per node, else 1."
+    )
+    rdzv_port: int = Field(default=29400, ge=1, le=65535)
+    rdzv_timeout_s: int = Field(default=300, ge=5, description="Bound on the c10d rendezvous.")
+    max_restarts: int = Field(default=0, ge=0)
+    serialize_init: bool = Field(
+        default=False,
+        description="Ranks import `init_imports` one at a time under a file lock (seed 001).",
+    )
+    init_imports: list[str] = Field(default_factory=lambda: ["torch"])
+    memory_limit_gb: float | None = Field(
+        default=None, gt=0, description="RLIMIT_AS of every process of the job, in GiB."
+    )
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args_are_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [_env_value(item) for item in value]
+        return value
+
+    @model_validator(mode="after")
+    def _one_program(self) -> RunSpec:
+        if (self.entrypoint is None) == (self.module is None):
+            raise ValueError("give exactly one of `entrypoint` (a script) or `module`")
+        return self
+
+
+class BatchSpec(StrictModel):
+    global_batch: int | None = Field(default=None, ge=1)
+    micro_batch: int | None = Field(default=None, ge=1)
+
+
+class CheckpointSpec(StrictModel):
+    dir: str = Field(default="checkpoints", description="Relative to the job directory.")
+    keep_last: int | None = Field(default=3, ge=1)
+    every_steps: int | None = Field(default=None, ge=1)
+    sync_to: str | None = Field(default=None, description="`REMOTE:bucket/prefix` to sync to.")
+
+    @field_validator("dir")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value.split("/"):
+            raise ValueError("must be a path inside the job directory (relative, no `..`)")
+        return value
+
+
+class S3Remote(StrictModel):
+    provider: Literal["AWS", "Other", "Minio", "Cloudflare", "Lambda"] = "AWS"
+    endpoint: str | None = None
+    region: str | None = None
+    bucket: str
+    access_key_env: str | None = None
+    secret_key_env: str | None = None
+    profile: str | None = None
+
+
+class JobSpec(StrictModel):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    image: str = Field(
+        description="An image definition under images/ (e.g. `lab-cpu`), a full image name, "
+        "or `host` to use the host's own Python as it is."
+    )
+    resources: Resources = Field(default_factory=Resources)
+    nodes: int = Field(default=1, ge=1)
+    workdir: str = Field(default=".", description="Shipped to each node; relative to the spec.")
+    setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
+    run: RunSpec
+    batch: BatchSpec = Field(default_factory=BatchSpec)
+    envs: dict[str, str] = Field(default_factory=dict)
+    nccl: dict[str, str] = Field(default_factory=dict, description="NCCL_* variables.")
+    secrets: list[str] = Field(
+        default_factory=list, description="Names of variables taken from your environment."
+    )
+    checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    storage: dict[str, S3Remote] = Field(default_factory=dict)
+    profile: str | None = Field(default=None, description="Which entry of `profiles` applied.")
+    profiles: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Named overrides, chosen with `--set profile=NAME`."
+    )
+
+    @field_validator("envs", "nccl", mode="before")
+    @classmethod
+    def _env_values(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: _env_value(item) for key, item in value.items()}
+        return value
+
+    @field_validator("envs", "nccl")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"`{key}` is not a valid environment variable name")
+        return value
+
+    @field_validator("nccl")
+    @classmethod
+    def _nccl_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.startswith(("NCCL_", "TORCH_NCCL_")):
+                raise ValueError(f"`{key}` is not an NCCL variable; put it under `envs`")
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"`{key}` is not a valid environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> JobSpec:
+        self.grad_accum_steps  # noqa: B018 - raises when the batch does not divide
+        overlap = set(self.secrets) & set(self.envs)
+        if overlap:
+            raise FieldError(
+                ("secrets",), f"{sorted(overlap)} is both in `envs` and `secrets`; keep one"
+            )
+        return self
+
+    @property
+    def nproc_per_node(self) -> int:
+        if self.run.nproc_per_node is not None:
+            return self.run.nproc_per_node
+        return self.resources.gpus_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def grad_accum_steps(self) -> int | None:
+        """global_batch / (world_size * micro_batch): the number users get wrong by hand."""
+        batch = self.batch
+        if batch.global_batch is None or batch.micro_batch is None:
+            return None
+        per_step = self.world_size * batch.micro_batch
+        if batch.global_batch % per_step:
+            raise FieldError(
+                ("batch", "global_batch"),
+                f"{batch.global_batch} is not a multiple of world_size "
+                f"{self.world_size} x batch.micro_batch {batch.micro_batch} = {per_step}; "
+                f"use a global_batch of {_nearest_multiples(batch.global_batch, per_step)}",
+            )
+        return batch.global_batch // per_step
+
+
+def _nearest_multiples(value: int, step: int) -> str:
+    below = (value // step) * step
+    above = below + step
+    return f"{below} or {above}" if below else str(above)

@@ -1,0 +1,225 @@
+"""Load a job YAML, apply its profile and `--set` overrides, validate, and explain failures.
+
+Every error is one line that names the file, the line, the field and what to do: the YAML is
+composed once to remember where each key was written, and pydantic's error location is mapped
+back to that line (or to the `--set` that introduced the value).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from launcher.errors import UsageError
+from launcher.spec.job import FieldError, JobSpec
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    spec: JobSpec
+    path: Path
+    origins: dict[Path_, str] = field(default_factory=dict)
+
+    @property
+    def workdir(self) -> Path:
+        return (self.path.parent / self.spec.workdir).resolve()
+
+    def where(self, *loc: str | int) -> str:
+        """`file:line` (or the `--set` flag) that wrote the field at `loc`."""
+        return _origin_of(self.origins, loc, str(self.path))
+
+
+def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such job spec", "check the path") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the job spec: {err.strerror}") from None
+    data, lines = _parse_yaml(text, str(path))
+    origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
+
+    overrides = [_parse_set(item) for item in sets]
+    profile = next((value for key, value in overrides if key == ("profile",)), data.get("profile"))
+    if profile is not None:
+        data = _apply_profile(data, profile, origins, str(path))
+    for key, value in overrides:
+        _set_path(data, key, value)
+        origins[key] = f"--set {'.'.join(map(str, key))}"
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as err:
+        raise UsageError(_explain(err, origins, str(path))) from None
+    return LoadedSpec(spec=spec, path=path, origins=origins)
+
+
+def _parse_yaml(text: str, filename: str) -> tuple[dict[str, Any], dict[Path_, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        raise UsageError(
+            f"{where}: YAML syntax error: {err.problem or err.context}",
+            "fix the YAML at that line (indentation, a missing `:` or an unclosed quote)",
+        ) from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"{filename}: YAML error: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{filename}:1: a job spec is a mapping of keys such as `name`, `image`, `run`",
+            "see jobs/quickstart.yaml or `gpujob schema`",
+        )
+    lines: dict[Path_, int] = {}
+    _record_lines(node, (), lines)
+    return data, lines
+
+
+def _record_lines(node: yaml.Node, loc: Path_, lines: dict[Path_, int]) -> None:
+    lines[loc] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = (*loc, key_node.value)
+            lines[key] = key_node.start_mark.line + 1
+            _record_lines(value_node, key, lines)
+            lines[key] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, (*loc, index), lines)
+
+
+def _parse_set(item: str) -> tuple[Path_, Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UsageError(f"--set {item}: write it as KEY=VALUE, e.g. --set run.nproc_per_node=4")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.split(".")]
+    return tuple(parts), value
+
+
+def _set_path(data: dict[str, Any], key: Path_, value: Any) -> None:
+    target: Any = data
+    for part in key[:-1]:
+        if isinstance(target, list) and isinstance(part, int) and part < len(target):
+            target = target[part]
+            continue
+        if not isinstance(target, dict):
+            raise UsageError(f"--set {'.'.join(map(str, key))}: `{part}` is not a mapping")
+        if not isinstance(target.get(part), dict | list):
+            target[part] = {}
+        target = target[part]
+    if (
+        isinstance(target, list) and isinstance(key[-1], int) and key[-1] < len(target)
+    ) or isinstance(target, dict):
+        target[key[-1]] = value
+    else:
+        raise UsageError(f"--set {'.'.join(map(str, key))}: cannot set a field there")
+
+
+def _apply_profile(
+    data: dict[str, Any], profile: Any, origins: dict[Path_, str], filename: str
+) -> dict[str, Any]:
+    profiles = data.get("profiles") or {}
+    if not isinstance(profiles, dict) or profile not in profiles:
+        known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) else ""
+        raise UsageError(
+            f"{_origin_of(origins, ('profile',), filename)}: profile: no profile `{profile}` "
+            f"in {filename}",
+            f"known profiles: {known}" if known else "add a `profiles:` mapping to the spec",
+        )
+    merged = copy.deepcopy(data)
+    merged["profile"] = profile
+    overrides = profiles[profile] or {}
+    if not isinstance(overrides, dict):
+        raise UsageError(f"{filename}: profiles.{profile} must be a mapping of overrides")
+    _deep_merge(merged, overrides, ("profiles", profile), (), origins)
+    return merged
+
+
+def _deep_merge(
+    base: dict[str, Any], extra: dict[str, Any], src: Path_, dst: Path_, origins: dict[Path_, str]
+) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value, (*src, key), (*dst, key), origins)
+            continue
+        base[key] = copy.deepcopy(value)
+        for loc, where in list(origins.items()):
+            if loc[: len(src) + 1] == (*src, key):
+                origins[(*dst, key, *loc[len(src) + 1 :])] = where
+
+
+def _origin_of(origins: dict[Path_, str], loc: Path_, default: str) -> str:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in origins:
+            return origins[loc[:end]]
+    return default
+
+
+def _explain(err: ValidationError, origins: dict[Path_, str], filename: str) -> str:
+    first = err.errors()[0]
+    loc: Path_ = tuple(part for part in first["loc"] if not str(part).startswith("function-"))
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        loc = cause.loc
+    field_name = ".".join(map(str, loc)) or "(top level)"
+    where = _origin_of(origins, loc, filename)
+    kind = first["type"]
+    message = first["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        known = _field_names(JobSpec, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(known)}"
+        text = f"{where}: {field_name}: unknown key; {hint}"
+    elif kind == "missing":
+        text = f"{where}: {field_name}: required field is missing; add `{loc[-1]}:` to the spec"
+    else:
+        got = first.get("input")
+        shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
+        text = f"{where}: {field_name}: {message}{shown}"
+    others = len(err.errors()) - 1
+    if others:
+        text += f" (and {others} more error{'s' if others > 1 else ''})"
+    return text
+
+
+def _field_names(model: type[BaseModel], loc: Path_) -> list[str]:
+    """The keys allowed at `loc`, for "did you mean"."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            info = annotation.model_fields.get(str(part))
+            if info is None:
+                return []
+            annotation = info.annotation
+        elif typing.get_origin(annotation) in (dict, list):
+            annotation = typing.get_args(annotation)[-1]
+        else:
+            return []
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return options[0] if len(options) == 1 else annotation
+    return annotation

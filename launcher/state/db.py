@@ -1,0 +1,152 @@
+"""sqlite under the user's state dir: jobs, their nodes, and how far each log was streamed.
+
+The db is a cache of what the hosts say (the agent's `status.json` is the truth for a job);
+it lets `gpujob status` answer without contacting anything, and `logs -f` resume at an offset.
+Standard library only: `gpujob status` must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    spec_path TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    runtime TEXT NOT NULL,
+    hosts TEXT NOT NULL,
+    node_dirs TEXT NOT NULL,
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    created_at REAL NOT NULL,
+    ended_at REAL,
+    last_line TEXT
+);
+CREATE TABLE IF NOT EXISTS log_offsets (
+    job_id TEXT NOT NULL,
+    node INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    PRIMARY KEY (job_id, node)
+);
+"""
+
+
+def state_dir() -> Path:
+    """`GPUJOB_STATE_DIR`, else the platform's user state dir (platformdirs)."""
+    override = os.environ.get("GPUJOB_STATE_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir("gpujob"))
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    name: str
+    spec_path: str
+    provider: str
+    runtime: str
+    hosts: list[str]
+    node_dirs: list[str]
+    state: str
+    exit_code: int | None
+    created_at: float
+    ended_at: float | None
+    last_line: str | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in ("succeeded", "failed", "cancelled", "lost")
+
+
+class StateDB:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_dir() / "state.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=30)
+        try:
+            conn.executescript(SCHEMA)
+            with conn:
+                yield conn
+        finally:
+            conn.close()
+
+    def add_job(self, job: JobRecord) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    job.id, job.name, job.spec_path, job.provider, job.runtime,
+                    json.dumps(job.hosts), json.dumps(job.node_dirs), job.state,
+                    job.exit_code, job.created_at, job.ended_at, job.last_line,
+                ),
+            )  # fmt: skip
+
+    def update_job(
+        self,
+        job_id: str,
+        state: str,
+        exit_code: int | None = None,
+        last_line: str | None = None,
+    ) -> None:
+        ended = time.time() if state in ("succeeded", "failed", "cancelled", "lost") else None
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE jobs SET state=?, exit_code=COALESCE(?, exit_code),"
+                " ended_at=COALESCE(ended_at, ?), last_line=COALESCE(?, last_line) WHERE id=?",
+                (state, exit_code, ended, last_line, job_id),
+            )
+
+    def jobs(self, limit: int = 50) -> list[JobRecord]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def job(self, reference: str) -> JobRecord | None:
+        """By id, unique id prefix, or name (the newest job of that name)."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM jobs WHERE id = ? OR id LIKE ? OR name = ?"
+                " ORDER BY (id = ?) DESC, created_at DESC",
+                (reference, reference + "%", reference, reference),
+            ).fetchall()
+        return _record(rows[0]) if rows else None
+
+    def offset(self, job_id: str, node: int) -> int:
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT offset FROM log_offsets WHERE job_id=? AND node=?", (job_id, node)
+            ).fetchone()
+        return row[0] if row else 0
+
+    def set_offset(self, job_id: str, node: int, offset: int) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO log_offsets VALUES (?,?,?) ON CONFLICT(job_id, node)"
+                " DO UPDATE SET offset=excluded.offset",
+                (job_id, node, offset),
+            )
+
+
+def _record(row: tuple) -> JobRecord:
+    return JobRecord(
+        id=row[0], name=row[1], spec_path=row[2], provider=row[3], runtime=row[4],
+        hosts=json.loads(row[5]), node_dirs=json.loads(row[6]), state=row[7],
+        exit_code=row[8], created_at=row[9], ended_at=row[10], last_line=row[11],
+    )  # fmt: skip
