@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Debian packages gpujob's tests and lab need, and a running Docker engine. Idempotent:
+# installs only what is missing and starts dockerd only if none answers.
+set -euo pipefail
+
+PACKAGES=(docker.io openssh-server openssh-client iproute2 rclone debootstrap docker-registry
+          shellcheck util-linux procps rsync)
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    echo "infra: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--docker" ] && ! docker info >/dev/null 2>&1; then
+    echo "infra: starting the Docker engine"
+    mkdir -p /var/log
+    setsid dockerd --host unix:///var/run/docker.sock >/var/log/gpujob-dockerd.log 2>&1 < /dev/null &
+    for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+    docker info >/dev/null 2>&1 || { echo "infra: dockerd did not start; see /var/log/gpujob-dockerd.log" >&2; exit 1; }
+fi
