@@ -99,6 +99,43 @@ def schema() -> None:
     click.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
+@cli.group()
+def lab() -> None:
+    """A GPU cloud on this machine made of real parts, for demos and tests (needs root)."""
+
+
+@lab.command("up")
+@click.option("--hosts", default=2, show_default=True, help="Static SSH hosts to start.")
+@click.option("--dry-run", is_flag=True, help="Print what would be started; change nothing.")
+def lab_up(hosts: int, dry_run: bool) -> None:
+    """Start the lab: bridge, hosts with sshd, registry, S3, Lambda and Vast API fakes."""
+    from infra.lab import up
+
+    up(hosts=hosts, dry_run=dry_run, report=lambda text: click.echo(f"lab: {text}", err=True))
+
+    click.echo("lab is up; point gpujob at it with:  eval \"$(gpujob lab env)\"", err=True)
+
+
+@lab.command("down")
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
+def lab_down(dry_run: bool) -> None:
+    """Stop the lab and remove every namespace, veth, daemon and container it made."""
+    from infra.lab import down
+
+    down(dry_run=dry_run, report=lambda text: click.echo(f"lab: {text}", err=True))
+
+
+@lab.command("env")
+def lab_env() -> None:
+    """Print `export` lines that point gpujob at the running lab."""
+    import shlex
+
+    from infra.lab import env_vars
+
+    for key, value in env_vars().items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
