@@ -15,6 +15,7 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -187,19 +188,18 @@ def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) 
 
 
 def _forward(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def status_of(node_dir: Path) -> dict[str, Any]:
     status = read_json(node_dir / STATUS)
     if not status:
         return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
-    if status.get("state") in ("starting", "running") and not alive(status.get("supervisor_pid")):
-        if status.get("state") == "running" or time.time() - status.get("requested_at", 0) > 30:
-            status.update(state="lost", reason="the agent is gone (host rebooted or killed)")
+    state = status.get("state")
+    gone = state in ("starting", "running") and not alive(status.get("supervisor_pid"))
+    if gone and (state == "running" or time.time() - status.get("requested_at", 0) > 30):
+        status.update(state="lost", reason="the agent is gone (host rebooted or killed)")
     return status
 
 

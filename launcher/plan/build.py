@@ -224,8 +224,8 @@ def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> Run
             'echo "[gpujob] creating the job environment $env (first use of these pins)" >&2',
             'rm -rf "$env"',
             f'{shlex.quote(target.python)} -m venv "$env"',
-            '"$env/bin/python" -m pip install --quiet --quiet --disable-pip-version-check --no-input '
-            f"-r {shlex.quote(requirements)}",
+            '"$env/bin/python" -m pip install --quiet --quiet --disable-pip-version-check '
+            f"--no-input -r {shlex.quote(requirements)}",
             'touch "$env/.gpujob-ready"',
         ]
     )
