@@ -59,15 +59,20 @@ def find_images_dir(start: Path) -> Path | None:
 
 
 def load_image_definition(reference: str, spec_dir: Path) -> ImageDefinition | None:
-    """The definition an `image:` names, or None when it is a full image name or `host`."""
-    if reference == HOST_IMAGE or "/" in reference or ":" in reference:
+    """The definition an `image:` names (a name under images/, or a path to its YAML), or None
+    when it is a full image name or `host`."""
+    if reference.endswith((".yaml", ".yml")):
+        path: Path | None = spec_dir / reference
+        images = path.parent if path else None
+    elif reference == HOST_IMAGE or "/" in reference or ":" in reference:
         return None
-    images = find_images_dir(spec_dir.resolve())
-    path = images / f"{reference}.yaml" if images else None
+    else:
+        images = find_images_dir(spec_dir.resolve())
+        path = images / f"{reference}.yaml" if images else None
     if path is None or not path.is_file():
         known = sorted(p.stem for p in images.glob("*.yaml")) if images else []
         raise UsageError(
-            f"image `{reference}`: no images/{reference}.yaml found above {spec_dir}",
+            f"image `{reference}`: no definition {path or reference} found from {spec_dir}",
             f"known definitions: {', '.join(known)}" if known else "give a full image name",
         )
     try:

@@ -137,8 +137,8 @@ class S3Remote(StrictModel):
 class JobSpec(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
     image: str = Field(
-        description="An image definition under images/ (e.g. `lab-cpu`), a full image name, "
-        "or `host` to use the host's own Python as it is."
+        description="An image definition under images/ (e.g. `lab-cpu`) or a path to one "
+        "(`../images/x.yaml`), a full image name, or `host` to use the host's Python as it is."
     )
     resources: Resources = Field(default_factory=Resources)
     nodes: int = Field(default=1, ge=1)

@@ -1,0 +1,70 @@
+"""CLI start-up: `gpujob --help` and `gpujob status` against `python -c pass` of the same venv.
+
+Runs are interleaved (baseline, help, status, baseline, ...) so load on the machine hits all
+three alike; medians of N runs; ratios printed. Also lists which heavy modules each command
+imported, which must be none (click alone is allowed).
+
+    .venv/bin/python bench/cli_startup.py [--runs 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HEAVY = ("paramiko", "boto3", "docker", "jinja2", "pydantic", "rich", "torch", "yaml", "fabric")
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    began = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - began
+
+
+def heavy_imports(python: str, args: list[str], env: dict[str, str]) -> list[str]:
+    code = (
+        "import sys; from launcher.cli import main\n"
+        f"try: main({args!r})\n"
+        "except SystemExit: pass\n"
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)"
+    )
+    proc = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return proc.stderr.split()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=9)
+    args = parser.parse_args()
+    python = sys.executable
+    gpujob = str(Path(python).with_name("gpujob"))
+    env = dict(os.environ, GPUJOB_STATE_DIR=tempfile.mkdtemp(prefix="gpujob-bench-"))
+    commands = {
+        "python -c pass": [python, "-c", "pass"],
+        "gpujob --help": [gpujob, "--help"],
+        "gpujob status": [gpujob, "status"],
+    }
+    for argv in commands.values():
+        timed(argv, env)  # warm the page cache and .pyc files
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(args.runs):
+        for name, argv in commands.items():
+            times[name].append(timed(argv, env))
+    base = statistics.median(times["python -c pass"])
+    print(f"interpreter: {python} (the venv's, not the PATH shim); median of {args.runs} runs")
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        print(f"{name:16s} {median * 1000:7.1f} ms   {median / base:5.1f}x")
+    for name, cli_args in (("--help", ["--help"]), ("status", ["status"])):
+        found = heavy_imports(python, cli_args, env)
+        print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Real jobs on this machine through the real CLI: spec -> plan -> agent -> torchrun.
+
+The quickstart trains for real (2 gloo ranks); the other jobs are tiny programs run through
+the same path to check what users check: exit codes, cancel, lost agents, logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+IMAGE = str(REPO / "images" / "lab-cpu.yaml")
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> dict[str, str]:
+    """A private state dir per test; the job environment cache is shared (content-addressed)."""
+    return dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+
+
+def gpujob(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [GPUJOB, *args], env=env, capture_output=True, timeout=timeout, check=False
+    )
+
+
+def status_of(env: dict[str, str], job_id: str) -> dict:
+    result = gpujob(env, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return next(row for row in json.loads(result.stdout) if row["id"] == job_id)
+
+
+def write_job(folder: Path, program: str, **extra: str) -> Path:
+    """A one-rank job running `program` (Python source) through torchrun."""
+    workdir = folder / "work"
+    workdir.mkdir(parents=True)
+    (workdir / "prog.py").write_text(program)
+    lines = [
+        "name: tiny",
+        f"image: {IMAGE}",
+        "workdir: work",
+        "run:",
+        "  entrypoint: prog.py",
+        "  nproc_per_node: 1",
+        *(f"{key}: {value}" for key, value in extra.items()),
+    ]
+    spec = folder / "job.yaml"
+    spec.write_text("\n".join(lines) + "\n")
+    return spec
+
+
+def test_quickstart_trains_and_streams_its_log_byte_for_byte(state: dict[str, str]) -> None:
+    result = gpujob(state, "submit", "jobs/quickstart.yaml", "--job-id", "qs-e2e")
+    stdout = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+    job_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "qs-e2e"
+    assert (job_dir / "node-0" / "job.log").read_bytes() == result.stdout
+
+    losses = [float(x) for x in re.findall(r"^step \d+/\d+ loss ([0-9.]+)", stdout, re.M)]
+    assert len(losses) >= 5 and losses[-1] < losses[0] * 0.5, losses
+    assert re.search(r"^final loss [0-9.]+$", stdout, re.M)
+    for rank in (0, 1):
+        assert f"rank {rank}/2: ready" in stdout and f"rank {rank}/2: done" in stdout
+
+    checkpoints = sorted(p.name for p in (job_dir / "checkpoints").iterdir())
+    assert checkpoints == ["checkpoint-40", "checkpoint-60"]  # every 20 steps, keep_last 2
+    for name in checkpoints:
+        state_file = json.loads((job_dir / "checkpoints" / name / "trainer_state.json").read_text())
+        assert state_file["global_step"] == int(name.split("-")[1])
+        assert (job_dir / "checkpoints" / name / "model.safetensors").stat().st_size > 0
+
+    row = status_of(state, "qs-e2e")
+    assert (row["state"], row["exit_code"]) == ("succeeded", 0)
+    assert row["last_line"].startswith("rank ") or row["last_line"].startswith("final loss")
+
+    again = gpujob(state, "logs", "qs-e2e")
+    assert again.returncode == 0 and again.stdout == result.stdout
+    tail = gpujob(state, "logs", "qs-e2e", "--tail", "3")
+    assert tail.stdout.decode().splitlines() == stdout.splitlines()[-3:]
+
+
+def test_a_failing_job_exits_non_zero_with_its_error_in_the_log(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    spec = write_job(tmp_path, "print('about to fail', flush=True)\nraise SystemExit(3)\n")
+    result = gpujob(state, "submit", str(spec), "--job-id", "fails")
+    assert result.returncode == 1  # torchrun's own exit status for a failed worker
+    assert b"about to fail" in result.stdout
+    assert b"ChildFailedError" in result.stdout or b"exitcode" in result.stdout
+    assert status_of(state, "fails")["state"] == "failed"
+
+
+def test_cancel_stops_every_process_of_the_job(tmp_path: Path, state: dict[str, str]) -> None:
+    program = "import time\nprint('working', flush=True)\ntime.sleep(600)\n"
+    spec = write_job(tmp_path, program)
+    started = gpujob(state, "submit", str(spec), "--detach", "--job-id", "sleeper")
+    assert started.returncode == 0, started.stderr
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "sleeper" / "node-0"
+    wait_for(lambda: b"working" in (node_dir / "job.log").read_bytes())
+    pid = json.loads((node_dir / "status.json").read_text())["pid"]
+    tree = [pid, *descendants(pid)]
+
+    cancelled = gpujob(state, "cancel", "sleeper", "--grace", "5")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert status_of(state, "sleeper")["state"] == "cancelled"
+    assert not [p for p in tree if alive(p)]
+
+
+def test_status_says_lost_when_the_agent_and_job_are_killed(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """A host that reboots mid-job: status must say lost, not running."""
+    spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "lost").returncode == 0
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "lost" / "node-0"
+    wait_for(lambda: b"up" in (node_dir / "job.log").read_bytes())
+    status = json.loads((node_dir / "status.json").read_text())
+    for pid in [status["supervisor_pid"], status["pid"], *descendants(status["pid"])]:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(status["supervisor_pid"]))
+    assert status_of(state, "lost")["state"] == "lost"
+
+
+def test_a_secret_reaches_the_job_but_no_file_or_log(tmp_path: Path, state: dict[str, str]) -> None:
+    program = "import os\nprint('token length', len(os.environ['GJ_E2E_TOKEN']), flush=True)\n"
+    spec = write_job(tmp_path, program, secrets="[GJ_E2E_TOKEN]")
+    value = "s3cr3t-value-9b1f"
+    result = gpujob(dict(state, GJ_E2E_TOKEN=value), "submit", str(spec), "--job-id", "secret")
+    assert result.returncode == 0, result.stderr
+    assert f"token length {len(value)}".encode() in result.stdout
+    job_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "secret"
+    for path in job_dir.rglob("*"):
+        if path.is_file():
+            assert value.encode() not in path.read_bytes(), path
+    assert not (job_dir / "node-0" / "secrets.json").exists()
+
+
+def wait_for(condition, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def descendants(pid: int) -> list[int]:
+    result = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True)
+    children = [int(x) for x in result.stdout.split()]
+    return children + [d for child in children for d in descendants(child)]
