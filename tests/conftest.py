@@ -1,0 +1,55 @@
+"""Shared helpers: run the CLI in-process, the way a user runs it (httpie's tests/utils shape)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private GPUJOB_STATE_DIR (and cache dir) per test; neither is created up front."""
+    monkeypatch.setenv("GPUJOB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUJOB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def gpujob(
+    state_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Result]:
+    """`gpujob(*args)` -> Result(exit_code, stdout, stderr). Starting a real job fails the test:
+    these tests check plans and errors, never runs."""
+
+    def refuse_to_run(*_: object, **__: object) -> None:
+        raise AssertionError("a unit test tried to start a real job")
+
+    monkeypatch.setattr("launcher.runtime.apply.apply_plan", refuse_to_run)
+
+    def run(*args: str) -> Result:
+        from launcher.cli import main
+
+        capsys.readouterr()
+        monkeypatch.setattr("launcher.jobs.LOG", sys.stderr)
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run
