@@ -1,0 +1,150 @@
+"""Spec values reach the program literally: the rendered run script is executed for real, with
+a stand-in `python` that reports the argv and environment it was given."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from planning import plan_of, run_sh, spec_of, target
+
+from launcher.errors import UsageError
+from launcher.plan.model import Plan
+from launcher.spec.load import load_job_spec
+
+REPORTER = f"""#!{sys.executable}
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, sys.stdout)
+"""
+
+
+def hostile(pwned: Path) -> list[str]:
+    """Shell metacharacters a spec may hold; none may run, each must arrive byte for byte."""
+    return [
+        f"$(touch {pwned}-dollar)",
+        f"`touch {pwned}-backtick`",
+        "'; rm -rf x; '",
+        f'"; touch {pwned}-double-quote; "',
+        f"--out=$(touch {pwned}-flag)",
+        "line one\nline two",
+        f"first\n touch {pwned}-newline",
+        "$HOME",
+        "$((6*7))",
+        "~",
+        "*",
+        "\\",
+        "a'b\"c",
+        "!!",
+        "",
+        " padded ",
+        "tab\there",
+        "ünïcode ✓",
+        f"; touch {pwned}-semicolon",
+        f"| touch {pwned}-pipe",
+        f"> {pwned}-redirect",
+    ]
+
+
+@pytest.fixture
+def execute(tmp_path: Path) -> Callable[[Plan], dict]:
+    """Write node 0's run.sh where the plan says, run `bash run.sh`, return what the program
+    saw. The workdir holds a file `x` that `rm -rf x` would remove."""
+    reporter = tmp_path / "python"
+    reporter.write_text(REPORTER)
+    reporter.chmod(0o755)
+
+    def run(plan: Plan) -> dict:
+        node = plan.nodes[0]
+        workdir = Path(node.job_dir) / "workdir"
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "x").write_text("still here")
+        Path(node.node_dir).mkdir(parents=True, exist_ok=True)
+        (Path(node.node_dir) / "run.sh").write_text(run_sh(plan))
+        env = {"PATH": os.environ["PATH"], "HOME": "/home/expanded"}
+        result = subprocess.run(
+            ["bash", "run.sh"], cwd=node.node_dir, env=env, capture_output=True, timeout=30
+        )
+        assert result.returncode == 0, result.stderr.decode()
+        assert (workdir / "x").read_text() == "still here"
+        return json.loads(result.stdout)
+
+    return run
+
+
+def test_spec_values_reach_the_program_literally(
+    tmp_path: Path, execute: Callable[[Plan], dict]
+) -> None:
+    pwned = tmp_path / "pwned"
+    values = hostile(pwned)
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "inject",
+                "image": "host",
+                "run": {"entrypoint": "train.py", "args": values},
+                "envs": {f"HOSTILE_{i}": value for i, value in enumerate(values)},
+                "nccl": {"NCCL_DEBUG": f"$(touch {pwned}-nccl)"},
+            },
+            allow_unicode=True,
+        )
+    )
+    spec = load_job_spec(spec_file).spec
+    where = target(job_root=str(tmp_path / "jobs"), python=str(tmp_path / "python"))
+    seen = execute(plan_of(spec, where))
+
+    assert sorted(p.name for p in tmp_path.glob("pwned*")) == []
+    assert seen["argv"][-len(values) - 1 :] == ["train.py", *values]
+    assert {key: seen["env"][key] for key in spec.envs} == spec.envs
+    assert seen["env"]["NCCL_DEBUG"] == f"$(touch {pwned}-nccl)"
+    assert seen["env"]["HOME"] == "/home/expanded"
+
+
+def test_macros_are_substituted_but_their_values_stay_literal(
+    tmp_path: Path, execute: Callable[[Plan], dict]
+) -> None:
+    spec = spec_of(
+        run={"entrypoint": "train.py", "args": ["--run=${job_id}", "${node_rank}/${nnodes}"]},
+        checkpoints={"dir": "ck $(x)"},
+    )
+    where = target(job_root=str(tmp_path / "jobs"), python=str(tmp_path / "python"))
+    seen = execute(plan_of(spec, where, job_id="job.7"))
+    assert seen["argv"][-3:] == ["train.py", "--run=job.7", "0/1"]
+    assert seen["env"]["GPUJOB_CHECKPOINT_DIR"] == f"{tmp_path}/jobs/job.7/ck $(x)"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: --job-id is not validated; a newline in it ends the run.sh header comment "
+    "and the rest runs as a command",
+)
+def test_a_job_id_cannot_run_commands(tmp_path: Path, execute: Callable[[Plan], dict]) -> None:
+    pwned = tmp_path / "pwned-job-id"
+    where = target(job_root=str(tmp_path / "jobs"), python=str(tmp_path / "python"))
+    try:
+        plan = plan_of(spec_of(), where, job_id=f"x\ntouch {pwned} #")
+    except UsageError:
+        return
+    execute(plan)
+    assert not pwned.exists()
+
+
+@pytest.mark.parametrize("job_id", ["../escape", "a/b", "x\ny", "-rf", "a b"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: --job-id is used as a path segment and in run.sh unchecked (`../escape` "
+    "puts the job outside the state dir)",
+)
+def test_a_job_id_must_be_a_plain_name(gpujob: Callable, tmp_path: Path, job_id: str) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: t\nimage: host\nrun:\n  entrypoint: train.py\n")
+    result = gpujob("submit", str(spec), "--dry-run", "--job-id", job_id)
+    assert result.exit_code == 2, result.stdout[:200]
+    assert result.stderr.startswith("gpujob: error: ")
+    assert "--job-id" in result.stderr
