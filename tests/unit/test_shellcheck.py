@@ -1,0 +1,83 @@
+"""Every script gpujob renders passes the real `shellcheck`, at its strictest default level."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from planning import REPO, env_setup, lab_cpu, plan_of, run_sh, spec_of, target
+
+from launcher.spec.load import load_job_spec
+
+SHELLCHECK = Path(sys.executable).with_name("shellcheck")
+QUICKSTART = REPO / "jobs" / "quickstart.yaml"
+TWO_HOSTS = target(2, hosts=("gpu-a", "gpu-b"), addresses=("10.0.0.1", "10.0.0.2"))
+
+
+def shellcheck(script: str) -> None:
+    result = subprocess.run(
+        [str(SHELLCHECK), "--shell=bash", "--external-sources", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def quickstart(*sets: str) -> list[str]:
+    spec = load_job_spec(QUICKSTART, sets).spec
+    plan = plan_of(spec, image=lab_cpu() if spec.image == "lab-cpu" else None)
+    return [run_sh(plan)]
+
+
+def every_option() -> list[str]:
+    spec = spec_of(
+        nodes=2,
+        resources={"accelerators": "A100:4"},
+        setup="pip install -e .\necho ready",
+        secrets=["HF_TOKEN"],
+        nccl={"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "^lo,docker"},
+        envs={"MSG": "it's a quote"},
+        run={
+            "module": "pkg.train",
+            "args": ["--ckpt", "${checkpoint_dir}", "--rank", "${node_rank}"],
+            "serialize_init": True,
+            "init_imports": ["torch", "transformers"],
+            "memory_limit_gb": 1.5,
+        },
+    )
+    plan = plan_of(spec, TWO_HOSTS, secrets={"HF_TOKEN": "hf_x"})
+    return [run_sh(plan, 0), run_sh(plan, 1)]
+
+
+@pytest.mark.parametrize(
+    "scripts",
+    [
+        pytest.param(quickstart, id="quickstart"),
+        pytest.param(lambda: quickstart("profile=gpu"), id="quickstart-gpu-profile"),
+        pytest.param(lambda: [run_sh(plan_of(spec_of(nodes=2), TWO_HOSTS), 1)], id="two-hosts"),
+        pytest.param(every_option, id="serialize-init-memory-setup-secrets-nccl"),
+    ],
+)
+def test_run_scripts_pass_shellcheck(scripts: Callable[[], list[str]]) -> None:
+    for script in scripts():
+        shellcheck(script)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG (minor): a spec value holding `$` is single-quoted on purpose, and shellcheck "
+    "flags it (SC2016, info); templates/run.sh.j2 should say `# shellcheck disable=SC2016`",
+)
+def test_run_script_with_dollar_values_passes_shellcheck() -> None:
+    spec = spec_of(run={"entrypoint": "train.py", "args": ["$(not run)"]}, envs={"PRICE": "$5"})
+    shellcheck(run_sh(plan_of(spec)))
+
+
+def test_env_setup_script_passes_shellcheck() -> None:
+    script = env_setup(plan_of(spec_of(), image=lab_cpu()))
+    shellcheck("#!/usr/bin/env bash\n" + script + "\n")
