@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +92,41 @@ def exports(script: str) -> dict[str, str]:
 def torchrun_argv(script: str) -> list[str]:
     """The words after `exec`, continuation lines joined, as the shell splits them."""
     return shlex.split(script.split("\nexec ", 1)[1].replace(" \\\n    ", " "))
+
+
+REPORTER = f"""#!{sys.executable}
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, sys.stdout)
+"""
+
+
+def reporting_target(folder: Path, nodes: int = 1, **fields: Any) -> Target:
+    """A Target under `folder` whose `python` is a stand-in that prints the argv and the
+    environment it was given as JSON (the run script `exec`s it in place of torchrun)."""
+    python = folder / "python"
+    python.write_text(REPORTER)
+    python.chmod(0o755)
+    return target(nodes, job_root=str(folder / "jobs"), python=str(python), **fields)
+
+
+def execute(plan: Plan, rank: int = 0, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write node `rank`'s run.sh where the plan says and run `bash run.sh` for real. The
+    workdir holds a file `x` that an injected `rm -rf x` would remove."""
+    node = plan.nodes[rank]
+    workdir = Path(node.job_dir) / "workdir"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "x").write_text("still here")
+    Path(node.node_dir).mkdir(parents=True, exist_ok=True)
+    (Path(node.node_dir) / "run.sh").write_text(run_sh(plan, rank))
+    base = {"PATH": os.environ["PATH"], "HOME": "/home/expanded"}
+    result = subprocess.run(
+        ["bash", "run.sh"],
+        cwd=node.node_dir,
+        env={**base, **(env or {})},
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert (workdir / "x").read_text() == "still here"
+    return json.loads(result.stdout)

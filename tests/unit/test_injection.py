@@ -3,25 +3,15 @@ a stand-in `python` that reports the argv and environment it was given."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
-from planning import plan_of, run_sh, spec_of, target
+from planning import execute, plan_of, reporting_target, spec_of
 
 from launcher.errors import UsageError
-from launcher.plan.model import Plan
 from launcher.spec.load import load_job_spec
-
-REPORTER = f"""#!{sys.executable}
-import json, os, sys
-json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, sys.stdout)
-"""
 
 
 def hostile(pwned: Path) -> list[str]:
@@ -51,35 +41,7 @@ def hostile(pwned: Path) -> list[str]:
     ]
 
 
-@pytest.fixture
-def execute(tmp_path: Path) -> Callable[[Plan], dict]:
-    """Write node 0's run.sh where the plan says, run `bash run.sh`, return what the program
-    saw. The workdir holds a file `x` that `rm -rf x` would remove."""
-    reporter = tmp_path / "python"
-    reporter.write_text(REPORTER)
-    reporter.chmod(0o755)
-
-    def run(plan: Plan) -> dict:
-        node = plan.nodes[0]
-        workdir = Path(node.job_dir) / "workdir"
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "x").write_text("still here")
-        Path(node.node_dir).mkdir(parents=True, exist_ok=True)
-        (Path(node.node_dir) / "run.sh").write_text(run_sh(plan))
-        env = {"PATH": os.environ["PATH"], "HOME": "/home/expanded"}
-        result = subprocess.run(
-            ["bash", "run.sh"], cwd=node.node_dir, env=env, capture_output=True, timeout=30
-        )
-        assert result.returncode == 0, result.stderr.decode()
-        assert (workdir / "x").read_text() == "still here"
-        return json.loads(result.stdout)
-
-    return run
-
-
-def test_spec_values_reach_the_program_literally(
-    tmp_path: Path, execute: Callable[[Plan], dict]
-) -> None:
+def test_spec_values_reach_the_program_literally(tmp_path: Path) -> None:
     pwned = tmp_path / "pwned"
     values = hostile(pwned)
     spec_file = tmp_path / "job.yaml"
@@ -96,7 +58,7 @@ def test_spec_values_reach_the_program_literally(
         )
     )
     spec = load_job_spec(spec_file).spec
-    where = target(job_root=str(tmp_path / "jobs"), python=str(tmp_path / "python"))
+    where = reporting_target(tmp_path)
     seen = execute(plan_of(spec, where))
 
     assert sorted(p.name for p in tmp_path.glob("pwned*")) == []
@@ -106,14 +68,12 @@ def test_spec_values_reach_the_program_literally(
     assert seen["env"]["HOME"] == "/home/expanded"
 
 
-def test_macros_are_substituted_but_their_values_stay_literal(
-    tmp_path: Path, execute: Callable[[Plan], dict]
-) -> None:
+def test_macros_are_substituted_but_their_values_stay_literal(tmp_path: Path) -> None:
     spec = spec_of(
         run={"entrypoint": "train.py", "args": ["--run=${job_id}", "${node_rank}/${nnodes}"]},
         checkpoints={"dir": "ck $(x)"},
     )
-    where = target(job_root=str(tmp_path / "jobs"), python=str(tmp_path / "python"))
+    where = reporting_target(tmp_path)
     seen = execute(plan_of(spec, where, job_id="job.7"))
     assert seen["argv"][-3:] == ["train.py", "--run=job.7", "0/1"]
     assert seen["env"]["GPUJOB_CHECKPOINT_DIR"] == f"{tmp_path}/jobs/job.7/ck $(x)"
@@ -124,9 +84,9 @@ def test_macros_are_substituted_but_their_values_stay_literal(
     reason="BUG: --job-id is not validated; a newline in it ends the run.sh header comment "
     "and the rest runs as a command",
 )
-def test_a_job_id_cannot_run_commands(tmp_path: Path, execute: Callable[[Plan], dict]) -> None:
+def test_a_job_id_cannot_run_commands(tmp_path: Path) -> None:
     pwned = tmp_path / "pwned-job-id"
-    where = target(job_root=str(tmp_path / "jobs"), python=str(tmp_path / "python"))
+    where = reporting_target(tmp_path)
     try:
         plan = plan_of(spec_of(), where, job_id=f"x\ntouch {pwned} #")
     except UsageError:
