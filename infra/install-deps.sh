@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(docker.io openssh-server openssh-client iproute2 rclone debootstrap docker-registry
-          shellcheck util-linux procps rsync)
+          shellcheck util-linux procps rsync socat iptables)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -18,7 +18,8 @@ fi
 if [ "${1:-}" = "--docker" ] && ! docker info >/dev/null 2>&1; then
     echo "infra: starting the Docker engine"
     mkdir -p /var/log
-    setsid dockerd --host unix:///var/run/docker.sock >/var/log/gpujob-dockerd.log 2>&1 < /dev/null &
+    # The lab registry (infra/lab/registry.py) is plain http on the lab bridge.
+    setsid dockerd --host unix:///var/run/docker.sock --insecure-registry 10.77.0.0/24 >/var/log/gpujob-dockerd.log 2>&1 < /dev/null &
     for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
     docker info >/dev/null 2>&1 || { echo "infra: dockerd did not start; see /var/log/gpujob-dockerd.log" >&2; exit 1; }
 fi

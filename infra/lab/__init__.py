@@ -1,0 +1,194 @@
+"""The lab: a GPU cloud on this machine made of real parts, for tests and demos (needs root).
+
+`up` makes the bridge, the registry, S3, the base image, static SSH hosts and (when
+`infra.fakes` exists) the Lambda and Vast API fakes; `down` removes all of it by the records
+in the lab folder; `env_vars` says how to reach it. Both take `dry_run`: the steps are values
+(title, literal commands, action), printed by a dry run and carried out by a real one.
+Modules: state (records, lock, daemons), network (bridge, veths), boot (sshd and dockerd
+in a host's namespaces), hosts (the public host API), registry, s3, base_image, job_image.
+Standard library only at import time; boto3 and docker are imported where used.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from infra.lab import base_image, boot, network, registry, s3, state
+from infra.lab.hosts import (
+    LabHost,
+    create_host,
+    destroy_host,
+    kill_host_processes,
+    known_hosts_path,
+    lab_dir,
+    list_hosts,
+    user_key,
+)
+
+__all__ = [
+    "LabHost", "create_host", "destroy_host", "down", "env_vars", "kill_host_processes",
+    "lab_dir", "list_hosts", "up", "user_key",
+]  # fmt: skip
+
+Report = Callable[[str], None]
+CONTAINER_LABEL = "gpujob.lab"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing `up` or `down` does: what a dry run prints is what a real run carries out."""
+
+    title: str
+    action: Callable[[], object]
+    commands: list[list[str]] = field(default_factory=list)
+
+
+def up(*, hosts: int = 2, dry_run: bool = False, report: Report = print) -> None:
+    """Start whatever part of the lab is not running; a second call changes nothing."""
+    if not dry_run:
+        _require_root()
+    steps = [
+        Step("bridge gjlab0 (10.77.0.1/24) and its FORWARD accept rule", network.ensure_bridge,
+             network.bridge_argv()),
+        Step(f"registry on {registry.ADDRESS} (and 127.0.0.1:5000 for the machine's dockerd)",
+             _start_registry, [registry.registry_argv(), registry.forward_argv()]),
+        Step("S3 (moto) on loopback, forwarded to the bridge", _start_s3,
+             [s3.server_argv("PORT"), s3.forward_argv("PORT")]),
+        Step(f"base image {base_image.TAG}", lambda: base_image.build(report),
+             [] if base_image.exists() else [base_image.debootstrap_argv(Path("ROOTFS"))]),
+        Step(f"push {base_image.TAG} to the registry", lambda: base_image.publish(report)),
+    ]  # fmt: skip
+    for i in range(1, hosts + 1):
+        name = f"gjlab-h{i}"
+        steps.append(Step(
+            f"host {name} (sshd, dockerd)", lambda name=name: create_host(name, docker=True),
+            [*network.host_argv(name, "10.77.0.N"), boot.sshd_argv(name),
+             boot.dockerd_argv(name, "SSHD_PID")],
+        ))  # fmt: skip
+    steps.append(Step("provider API fakes (infra.fakes)", lambda: _start_fakes(report)))
+    _carry_out(steps, dry_run, report)
+
+
+def down(*, dry_run: bool = False, report: Report = print) -> None:
+    """Remove every host, daemon, rule, link and container the lab made, by its records."""
+    if not dry_run:
+        _require_root()
+    lab = state.read_state()
+    names = sorted(set(lab["hosts"]) | set(network.lab_namespaces()))
+    steps = [Step("provider API fakes", lambda: _stop_fakes(report))]
+    steps += [
+        Step(f"host {name}", lambda name=name: destroy_host(name),
+             [["kill", "-KILL", "<every pid in netns " + name + ">"], ["ip", "netns", "del", name],
+              ["ip", "link", "del", network.veth_name(name)]])
+        for name in names
+    ]  # fmt: skip
+    steps += [
+        Step("containers labelled gpujob.lab on the machine's dockerd", _remove_containers,
+             [["docker", "rm", "-f", f"<docker ps -aq --filter label={CONTAINER_LABEL}>"]]),
+        Step("S3 and registry daemons", _stop_daemons,
+             [["kill", str(rec["pid"])] for rec in lab["daemons"].values()]),
+        Step("bridge gjlab0 and its FORWARD rule", network.remove_bridge,
+             [["iptables", "-D", *network.FORWARD_RULE], ["ip", "link", "del", state.BRIDGE]]),
+    ]  # fmt: skip
+    _carry_out(steps, dry_run, report)
+
+
+def env_vars() -> dict[str, str]:
+    """Variables that point gpujob and its tests at the running lab (parts not up are left out)."""
+    lab = state.read_state()
+    env = {
+        "GPUJOB_LAB_DIR": str(lab_dir()),
+        "GPUJOB_LAB_SSH_KEY": str(user_key()),
+        "GPUJOB_LAB_KNOWN_HOSTS": str(known_hosts_path()),
+        "GPUJOB_LAB_HOSTS": ",".join(f"{h.name}={h.address}" for h in list_hosts()),
+    }
+    if state.alive(lab["daemons"].get("registry")):
+        env["GPUJOB_LAB_REGISTRY"] = registry.ADDRESS
+        env["GPUJOB_LAB_REGISTRY_PUSH"] = registry.push_address()
+        env["GPUJOB_LAB_BASE_IMAGE"] = f"{registry.ADDRESS}/{base_image.TAG}"
+    if state.alive(lab["daemons"].get("s3")):
+        env["GPUJOB_LAB_S3_ENDPOINT"] = s3.endpoint()
+        env["GPUJOB_LAB_S3_HOST_ENDPOINT"] = s3.endpoint(for_hosts=True)
+        env.update(s3.credentials())
+    env.update(lab.get("fakes", {}))
+    return env
+
+
+def _carry_out(steps: list[Step], dry_run: bool, report: Report) -> None:
+    for step in steps:
+        if dry_run:
+            report(f"would: {step.title}")
+            for argv in step.commands:
+                report(f"    {shlex.join(argv)}")
+        else:
+            report(step.title)
+            step.action()
+
+
+def _require_root() -> None:
+    import os
+
+    if os.geteuid() != 0:
+        raise state.LabError("the lab needs root", "run `sudo gpujob lab ...`")
+
+
+def _start_registry() -> None:
+    with state.locked_state() as lab:
+        registry.start(lab["daemons"])
+
+
+def _start_s3() -> None:
+    with state.locked_state() as lab:
+        s3.start(lab["daemons"])
+
+
+def _stop_daemons() -> None:
+    with state.locked_state() as lab:
+        s3.stop(lab["daemons"])
+        registry.stop(lab["daemons"])
+
+
+def _remove_containers() -> None:
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={CONTAINER_LABEL}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    ids = listed.stdout.split() if listed.returncode == 0 else []
+    if ids:
+        state.run(["docker", "rm", "-f", *ids])
+
+
+def _fakes(report: Report) -> ModuleType | None:
+    """`infra.fakes` is written by someone else and may not exist yet: then it is skipped."""
+    try:
+        import infra.fakes as fakes
+    except ModuleNotFoundError as missing:
+        if not (missing.name or "").startswith("infra.fakes"):
+            raise
+        report("provider fakes skipped: infra.fakes is not there")
+        return None
+    return fakes
+
+
+def _start_fakes(report: Report) -> None:
+    fakes = _fakes(report)
+    if fakes is None:
+        return
+    urls = fakes.start_fakes(lab_dir())
+    with state.locked_state() as lab:
+        lab["fakes"] = dict(urls)
+    for key, url in urls.items():
+        report(f"{key}={url}")
+
+
+def _stop_fakes(report: Report) -> None:
+    fakes = _fakes(report)
+    if fakes is not None:
+        fakes.stop_fakes(lab_dir())
+    with state.locked_state() as lab:
+        lab.pop("fakes", None)
