@@ -1,0 +1,69 @@
+"""Fixtures that start the lab's real parts once per session and remove them by their ids.
+
+The lab is one per machine (one bridge, one registry port), so a lab that was already up
+when the session began is reused and left up; a lab this session started is taken down at
+the end, failed tests or not. `test_up_down.py` cycles the whole lab through the real CLI
+and so runs before any test that holds the session lab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from labtools import docker, lab_is_up, lab_missing, pin_line
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The whole-lab up/down cycle first: later lab tests hold the session lab up."""
+    cycle = [item for item in items if item.path.name == "test_up_down.py"]
+    if cycle:
+        rest = [item for item in items if item.path.name != "test_up_down.py"]
+        items[:] = cycle + rest
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[None]:
+    """Bridge, registry, S3 and base image, with no static hosts (tests make their own)."""
+    reason = lab_missing()
+    if reason:
+        pytest.skip(reason)
+    import infra.lab
+
+    started = not lab_is_up()
+    infra.lab.up(hosts=0, report=lambda line: print(f"lab: {line}"))
+    try:
+        yield
+    finally:
+        if started:
+            infra.lab.down(report=lambda line: print(f"lab: {line}"))
+
+
+@pytest.fixture(scope="session")
+def docker_hosts(lab: None) -> Iterator[tuple]:
+    """Two hosts with their own dockerd, the base image already pulled from the registry."""
+    import infra.lab
+    from infra.lab import base_image, registry
+
+    names = ["gjlab-ta", "gjlab-tb"]
+    try:
+        made = [infra.lab.create_host(name, docker=True) for name in names]
+        image = f"{registry.ADDRESS}/{base_image.TAG}"
+        with ThreadPoolExecutor(2) as pool:
+            pulls = list(pool.map(lambda h: docker(h, "pull", "-q", image), made))
+        for done in pulls:
+            assert done.returncode == 0, done.stderr
+        yield tuple(made)
+    finally:
+        for name in names:
+            infra.lab.destroy_host(name)
+
+
+@pytest.fixture(scope="session")
+def known_hosts(tmp_path_factory: pytest.TempPathFactory, docker_hosts: tuple) -> Path:
+    """A known_hosts file written by the test from the hosts' public keys, for pinning."""
+    path = tmp_path_factory.mktemp("ssh") / "known_hosts"
+    path.write_text("".join(pin_line(host) for host in docker_hosts))
+    return path
