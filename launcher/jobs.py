@@ -41,7 +41,7 @@ def new_job_id(name: str) -> str:
 
 def submit(options: SubmitOptions) -> int:
     from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
-    from launcher.plan.build import Sources, build_plan
+    from launcher.plan.build import JOB_ID, Sources, build_plan
     from launcher.plan.show import plan_json, plan_text
     from launcher.providers.local import local_connections, local_target
     from launcher.spec.image import load_image_definition
@@ -52,14 +52,22 @@ def submit(options: SubmitOptions) -> int:
     if not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
-    image = load_image_definition(spec.image, loaded.path.parent)
+    try:
+        image = load_image_definition(spec.image, loaded.path.parent)
+    except UsageError as err:
+        raise UsageError(f"{loaded.where('image')}: image: {err.message}", err.hint) from None
     target = local_target(spec, image)
     job_id = options.job_id or new_job_id(spec.name)
+    if not JOB_ID.match(job_id):
+        raise UsageError(
+            f"--job-id {job_id!r}: a job id is letters, digits, `.`, `_` and `-` (up to 128)",
+            "leave out --job-id to get a new one",
+        )
     sources = Sources(
         workdir=str(loaded.workdir),
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
-        spec_where=str(loaded.path),
+        spec_where=loaded.where("run", "args"),
     )
     plan = build_plan(spec, target, job_id, secret_values, image, sources)
     if options.dry_run:

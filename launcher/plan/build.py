@@ -27,6 +27,7 @@ from launcher.plan.render import render_shell
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
 
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 LOOPBACK = ("127.", "localhost", "::1")
 AGENT_FILE = "gpujob-agent.py"
@@ -53,6 +54,8 @@ def build_plan(
     image: ImageDefinition | None,
     sources: Sources,
 ) -> Plan:
+    if not JOB_ID.match(job_id):
+        raise UsageError(f"job id {job_id!r}: use letters, digits, `.`, `_` and `-` (up to 128)")
     if len(target.hosts) != spec.nodes:
         raise UsageError(f"the job needs {spec.nodes} nodes but {len(target.hosts)} were given")
     _check_rendezvous(spec, target)

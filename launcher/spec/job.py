@@ -8,13 +8,17 @@ builds the torchrun line itself (rendezvous, node rank, per-node environment).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+EnvValue = Annotated[str, WithJsonSchema({"type": ["string", "number", "boolean"]})]
+"""A string to the program; numbers and booleans in the YAML are accepted and converted."""
 
 
 class FieldError(ValueError):
@@ -75,7 +79,7 @@ class RunSpec(StrictModel):
 
     entrypoint: str | None = Field(default=None, description="Python script, relative to workdir.")
     module: str | None = Field(default=None, description="Python module to run with `-m`.")
-    args: list[str] = Field(default_factory=list)
+    args: list[EnvValue] = Field(default_factory=list)
     nproc_per_node: int | None = Field(
         default=None, ge=1, description="Ranks per node; defaults to the GPUs per node, else 1."
     )
@@ -146,8 +150,8 @@ class JobSpec(StrictModel):
     setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
     run: RunSpec
     batch: BatchSpec = Field(default_factory=BatchSpec)
-    envs: dict[str, str] = Field(default_factory=dict)
-    nccl: dict[str, str] = Field(default_factory=dict, description="NCCL_* variables.")
+    envs: dict[str, EnvValue] = Field(default_factory=dict)
+    nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* variables.")
     secrets: list[str] = Field(
         default_factory=list, description="Names of variables taken from your environment."
     )
@@ -171,6 +175,11 @@ class JobSpec(StrictModel):
         for key in value:
             if not ENV_NAME.match(key):
                 raise ValueError(f"`{key}` is not a valid environment variable name")
+            if key in CLASHING_ENV:
+                raise ValueError(
+                    f"`{key}` is a ROCm variable that breaks CUDA jobs (seed 004); gpujob unsets"
+                    " it on every node, so remove it"
+                )
         return value
 
     @field_validator("nccl")

@@ -51,12 +51,17 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
 
     overrides = [_parse_set(item) for item in sets]
+    for key, _ in overrides:
+        flag = f"--set {'.'.join(map(str, key))}"
+        origins[key] = flag
+        for end in range(1, len(key)):
+            origins.setdefault(key[:end], flag)
     profile = next((value for key, value in overrides if key == ("profile",)), data.get("profile"))
     if profile is not None:
         data = _apply_profile(data, profile, origins, str(path))
     for key, value in overrides:
+        _claim_replaced_parents(data, key, origins)
         _set_path(data, key, value)
-        origins[key] = f"--set {'.'.join(map(str, key))}"
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
@@ -108,8 +113,21 @@ def _parse_set(item: str) -> tuple[Path_, Any]:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, int | float) and not isinstance(value, bool) and str(value) != raw:
+        value = raw  # `1.10`, `0755`: keep what was typed; the field's type converts it
     parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.split(".")]
     return tuple(parts), value
+
+
+def _claim_replaced_parents(data: Any, key: Path_, origins: dict[Path_, str]) -> None:
+    """A `--set a.b=x` that turns a scalar `a` into a mapping is blamed for `a` too."""
+    node = data
+    for end, part in enumerate(key[:-1], start=1):
+        node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict | list):
+            for rest in range(end, len(key)):
+                origins[key[:rest]] = f"--set {'.'.join(map(str, key))}"
+            return
 
 
 def _set_path(data: dict[str, Any], key: Path_, value: Any) -> None:

@@ -77,18 +77,6 @@ CASES = [
     ),
 ]
 
-# Where the message blames the wrong place (or no line): see the report.
-MISPLACED = {
-    "set-unknown-key": "BUG: an unknown key from --set is blamed on the spec's line 1, "
-    "not on the --set flag (load.py records no origin for the new key's parents)",
-    "set-unknown-profile": "BUG: --set profile=nope is blamed on the spec's line 1 "
-    "(load.py applies the profile before recording the --set origins)",
-    "unknown-macro": "BUG: an unknown ${macro} names the file but no line "
-    "(jobs.py passes Sources.spec_where=str(path), not loaded.where('run', 'args'))",
-    "image-not-defined": "BUG: a missing image definition names neither the spec file nor "
-    "its `image:` line (jobs.py calls load_image_definition without the spec's location)",
-}
-
 
 @pytest.fixture
 def submit_bad(
@@ -132,19 +120,8 @@ def test_bad_input_is_one_line_with_the_field_and_a_fix(
     assert fix in line, line
 
 
-@pytest.mark.parametrize(
-    ("text", "sets", "where"),
-    [
-        pytest.param(
-            *c[1:4],
-            id=c[0],
-            marks=[pytest.mark.xfail(strict=True, reason=MISPLACED[c[0]])]
-            if c[0] in MISPLACED
-            else [],
-        )
-        for c in CASES
-    ],
-)
+@pytest.mark.parametrize(("text", "sets", "where"), [c[1:4] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
 def test_bad_input_names_where_it_was_written(
     submit_bad: Callable, text: str, sets: list[str], where: str
 ) -> None:

@@ -98,11 +98,6 @@ def test_schema_is_json_schema_of_the_spec(gpujob: Callable) -> None:
         jsonschema.validate({"name": "t", "image": "host", "run": {}, "nodse": 2}, schema)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the schema says `envs`/`nccl` values and `run.args` items are strings, but the "
-    "spec accepts numbers and booleans (`OMP_NUM_THREADS: 1`), so an editor flags the quickstart",
-)
 def test_the_quickstart_is_valid_under_the_schema(gpujob: Callable) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads(gpujob("schema").stdout)

@@ -105,32 +105,13 @@ TYPING = [
     ("envs.QUOTED='007'", "envs.QUOTED", "007"),
     ("resources.accelerators=A100:8", "resources.accelerators", "A100:8"),
     ("secrets=[A, B_2]", "secrets", ["A", "B_2"]),
-]
-
-TYPING_BUGS = [
-    ("envs.VERSION=1.10", "envs.VERSION", "1.10"),
+    ("envs.VERSION=1.10", "envs.VERSION", "1.10"),  # typed text kept, not str(1.1)
     ("envs.UMASK=0755", "envs.UMASK", "0755"),
     ("envs.BIG=1_000", "envs.BIG", "1_000"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("flag", "dotted", "expected"),
-    [
-        *TYPING,
-        *(
-            pytest.param(
-                *row,
-                marks=pytest.mark.xfail(
-                    strict=True,
-                    reason="BUG: --set reads every value as YAML and the string field gets "
-                    "str() of the number back: 1.10 -> '1.1', 0755 -> '493', 1_000 -> '1000'",
-                ),
-            )
-            for row in TYPING_BUGS
-        ),
-    ],
-)
+@pytest.mark.parametrize(("flag", "dotted", "expected"), TYPING)
 def test_set_values_are_typed(flag: str, dotted: str, expected: Any) -> None:
     assert field(load_job_spec(QUICKSTART, [flag]).spec, dotted) == expected
 
@@ -152,11 +133,6 @@ def test_bad_set_flags_are_usage_errors(flag: str, message: str) -> None:
         load_job_spec(QUICKSTART, [flag])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when --set creates a key (or replaces a scalar with a mapping), the error is "
-    "blamed on the spec's line of the parent, not on the --set flag",
-)
 @pytest.mark.parametrize("flag", ["name.first=x", "rn.args=x", "resources.gpu.count=1"])
 def test_an_error_from_a_set_flag_names_the_flag(flag: str) -> None:
     with pytest.raises(UsageError, match=rf"^--set {flag.split('=')[0]}: "):

@@ -220,11 +220,6 @@ def test_clashing_and_stray_variables_are_unset(tmp_path: Path) -> None:
     assert env["PYTHONUNBUFFERED"] == "1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `envs: {ROCR_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES: ...}` is accepted and "
-    "exported after the unset, bringing back the clash (job.py's CLASHING_ENV is never used)",
-)
 @pytest.mark.parametrize("name", ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"])
 def test_envs_cannot_bring_back_a_clashing_variable(name: str) -> None:
     with pytest.raises(ValidationError, match=name):

@@ -68,11 +68,6 @@ def test_run_scripts_pass_shellcheck(scripts: Callable[[], list[str]]) -> None:
         shellcheck(script)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): a spec value holding `$` is single-quoted on purpose, and shellcheck "
-    "flags it (SC2016, info); templates/run.sh.j2 should say `# shellcheck disable=SC2016`",
-)
 def test_run_script_with_dollar_values_passes_shellcheck() -> None:
     spec = spec_of(run={"entrypoint": "train.py", "args": ["$(not run)"]}, envs={"PRICE": "$5"})
     shellcheck(run_sh(plan_of(spec)))

@@ -1,0 +1,5 @@
+"""`python -m launcher` = `gpujob`, for machines where the console script is not installed."""
+
+from launcher.cli import main
+
+main()
