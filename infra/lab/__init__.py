@@ -95,7 +95,7 @@ def down(*, dry_run: bool = False, report: Report = print) -> None:
         Step("bridge gjlab0 and its FORWARD rule", network.remove_bridge,
              [["iptables", "-D", *network.FORWARD_RULE], ["ip", "link", "del", state.BRIDGE]]),
     ]  # fmt: skip
-    _carry_out(steps, dry_run, report)
+    _carry_out(steps, dry_run, report, keep_going=True)
 
 
 def env_vars() -> dict[str, str]:
@@ -119,15 +119,28 @@ def env_vars() -> dict[str, str]:
     return env
 
 
-def _carry_out(steps: list[Step], dry_run: bool, report: Report) -> None:
+def _carry_out(
+    steps: list[Step], dry_run: bool, report: Report, *, keep_going: bool = False
+) -> None:
+    """Run the steps in order. `down` keeps going past a failed step, so one broken part
+    never leaves the others running, and raises at the end with every failure."""
+    failed = []
     for step in steps:
         if dry_run:
             report(f"would: {step.title}")
             for argv in step.commands:
                 report(f"    {shlex.join(argv)}")
-        else:
-            report(step.title)
+            continue
+        report(step.title)
+        try:
             step.action()
+        except Exception as error:
+            if not keep_going:
+                raise
+            report(f"FAILED: {step.title}: {error}")
+            failed.append(f"{step.title}: {error}")
+    if failed:
+        raise state.LabError("lab down left work undone: " + "; ".join(failed))
 
 
 def _require_root() -> None:
@@ -171,6 +184,9 @@ def _fakes(report: Report) -> ModuleType | None:
         if not (missing.name or "").startswith("infra.fakes"):
             raise
         report("provider fakes skipped: infra.fakes is not there")
+        return None
+    if not (hasattr(fakes, "start_fakes") and hasattr(fakes, "stop_fakes")):
+        report("provider fakes skipped: infra.fakes has no start_fakes/stop_fakes yet")
         return None
     return fakes
 

@@ -67,10 +67,24 @@ def test_image_pushed_to_the_registry_is_pulled_by_a_hosts_dockerd(
     try:
         pulled_ref = registry.push(local, local)
     finally:
-        subprocess.run(["docker", "rmi", local], capture_output=True)
+        names = [local, f"{registry.ADDRESS}/{local}"]
+        subprocess.run(["docker", "rmi", *names], capture_output=True)
     assert marker[:12] in registry.tags("gpujob-lab/test-push")
 
     host = docker_hosts[1]
     done = ssh(host, f"docker run --rm --label {LABEL} {pulled_ref} cat /marker", known_hosts)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == marker
+
+
+def test_job_image_runs_torch_on_a_host(docker_hosts, known_hosts):
+    from infra.lab import job_image, registry
+
+    if job_image.TAG.split(":")[1] not in registry.tags(job_image.TAG.split(":")[0]):
+        pytest.skip("job image not built (about 3 min): python -m infra.lab.job_image")
+    image = f"{registry.ADDRESS}/{job_image.TAG}"
+    check = "import torch, transformers; print(torch.__version__, transformers.__version__)"
+    done = ssh(docker_hosts[0], f"docker run --rm --network host {image} python3 -c '{check}'",
+               known_hosts, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2.13.0+cpu", "5.23.0"]
