@@ -14,7 +14,7 @@ from infra.fakes.keys import LAMBDA_API_KEY, VAST_API_KEY
 
 __all__ = [
     "LAMBDA_API_KEY", "VAST_API_KEY", "FakeControl", "HostBackend", "RunningFake",
-    "serve_lambda",
+    "serve_lambda", "serve_vast",
 ]  # fmt: skip
 
 
@@ -24,3 +24,12 @@ def serve_lambda(backend: HostBackend | None = None, port: int = 0) -> RunningFa
     from infra.fakes.null_backend import NullBackend
 
     return serve_in_thread(LambdaApi(backend or NullBackend()), "/api/v1", port)
+
+
+def serve_vast(backend: HostBackend | None = None, port: int = 0) -> RunningFake:
+    """The Vast fake on a thread; its `url` ends in `/api/v0` (the v1 list is at the same
+    host, `/api/v1/instances/`). Null backend by default."""
+    from infra.fakes.null_backend import NullBackend
+    from infra.fakes.vast_api import VastApi
+
+    return serve_in_thread(VastApi(backend or NullBackend()), "/api/v0", port)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from infra.fakes import LAMBDA_API_KEY, RunningFake, serve_lambda
+from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake, serve_lambda, serve_vast
 from infra.fakes.null_backend import NullBackend
 
 
@@ -25,4 +25,20 @@ def lam(lambda_fake: RunningFake) -> requests.Session:
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {LAMBDA_API_KEY}"
     session.base = lambda_fake.url  # type: ignore[attr-defined]
+    return session
+
+
+@pytest.fixture
+def vast_fake() -> Iterator[RunningFake]:
+    fake = serve_vast(NullBackend())
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def vast(vast_fake: RunningFake) -> requests.Session:
+    """A session that talks to the Vast fake like the CLI: Bearer key, trailing slashes."""
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {VAST_API_KEY}"
+    session.base = vast_fake.url  # type: ignore[attr-defined]
     return session

@@ -44,7 +44,10 @@ def error_of(reply: requests.Response) -> dict[str, Any]:
     return body["error"]
 
 
-@pytest.mark.parametrize("header", [None, "Bearer wrong", "Basic " + base64.b64encode(b"no:").decode()])
+WRONG_BASIC = "Basic " + base64.b64encode(b"no:").decode()
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", WRONG_BASIC])
 def test_missing_or_wrong_key_is_401_invalid_api_key(lambda_fake: RunningFake, header: str) -> None:
     headers = {"Authorization": header} if header else {}
     reply = requests.get(f"{lambda_fake.url}/instances", headers=headers)
@@ -78,7 +81,8 @@ def test_instance_types_show_capacity_per_region(lam: requests.Session) -> None:
     a10 = types[TYPE]
     assert a10["instance_type"]["specs"] == {"vcpus": 30, "memory_gib": 200, "storage_gib": 1400,
                                              "gpus": 1}  # fmt: skip
-    assert {"name": REGION, "description": "Virginia, USA"} in a10["regions_with_capacity_available"]
+    regions = a10["regions_with_capacity_available"]
+    assert {"name": REGION, "description": "Virginia, USA"} in regions
     assert types["gpu_1x_gh200"]["regions_with_capacity_available"] == []
 
 
