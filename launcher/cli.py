@@ -112,8 +112,8 @@ def lab_up(hosts: int, dry_run: bool) -> None:
     from infra.lab import up
 
     up(hosts=hosts, dry_run=dry_run, report=lambda text: click.echo(f"lab: {text}", err=True))
-
-    click.echo('lab is up; point gpujob at it with:  eval "$(gpujob lab env)"', err=True)
+    if not dry_run:
+        click.echo('lab is up; point gpujob at it with:  eval "$(gpujob lab env)"', err=True)
 
 
 @lab.command("down")
