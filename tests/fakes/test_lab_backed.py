@@ -1,0 +1,167 @@
+"""The fakes serve real lab hosts: a Lambda launch is a host that `ssh` reaches with the key
+given at launch, a Vast instance is a container with sshd, and terminate removes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake, serve_lambda, serve_vast
+
+pytestmark = pytest.mark.lab
+BASE_IMAGE = "10.77.0.1:5000/gpujob-lab/base:bookworm"
+
+
+@pytest.fixture(scope="module")
+def lab() -> Any:
+    try:
+        from infra.lab import hosts
+    except ModuleNotFoundError:
+        pytest.skip("infra.lab.hosts is not there yet")
+    if os.geteuid() != 0:
+        pytest.skip("lab hosts need root (network namespaces, sshd, dockerd)")
+    return hosts
+
+
+@pytest.fixture
+def lab_backend(lab: Any, tmp_path: Path) -> Any:
+    from infra.fakes.lab_backend import LabBackend
+
+    backend = LabBackend(tmp_path / "records.json")
+    yield backend
+    backend.close()  # whatever a failed test left running
+
+
+@pytest.fixture
+def lambda_lab(lab_backend: Any) -> Iterator[RunningFake]:
+    fake = serve_lambda(lab_backend)
+    yield fake
+    fake.stop()
+
+
+def ssh(key: Path, address: str, port: int, command: str, known_hosts: Path,
+        strict: str = "yes") -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(
+        ["ssh", "-i", str(key), "-p", str(port), "-o", "BatchMode=yes",
+         "-o", f"StrictHostKeyChecking={strict}", "-o", f"UserKnownHostsFile={known_hosts}",
+         "-o", "ConnectTimeout=10", f"root@{address}", command],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def wait_for(get: Any, field: str, wanted: str, reads: int = 600) -> dict[str, Any]:
+    """Poll like a client until `field` is `wanted`; a read budget, not a clock."""
+    import time
+
+    for _ in range(reads):
+        seen = get()
+        if seen and seen.get(field) == wanted:
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"{field} never became {wanted}: {seen}")
+
+
+def test_lambda_launch_is_a_host_ssh_reaches_and_terminate_removes(
+    lab: Any, lambda_lab: RunningFake, tmp_path: Path
+) -> None:
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    api = requests.Session()
+    api.headers["Authorization"] = f"Bearer {LAMBDA_API_KEY}"
+    base = lambda_lab.url
+    api.post(f"{base}/ssh-keys", json={"name": "mine", "public_key": key.with_suffix(".pub")
+                                       .read_text()}).raise_for_status()  # fmt: skip
+    launched = api.post(f"{base}/instance-operations/launch", json={
+        "region_name": "us-east-1", "instance_type_name": "gpu_1x_a10", "ssh_key_names": ["mine"],
+    })  # fmt: skip
+    (instance_id,) = launched.json()["data"]["instance_ids"]
+    active = wait_for(lambda: api.get(f"{base}/instances/{instance_id}").json()["data"],
+                      "status", "active")  # fmt: skip
+    known = lab.known_hosts_path()
+    for private in (key, lab.user_key()):  # the key named at launch, and the lab's own
+        done = ssh(private, active["ip"], 22, "hostname; docker info --format '{{.ID}}' >/dev/null"
+                   " && echo docker-ok", known)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [lambda_lab.api.books.backend.records[instance_id]["host"],
+                                       "docker-ok"]  # fmt: skip
+
+    session = subprocess.Popen(
+        ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known}",
+         f"root@{active['ip']}", "sleep 120"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    wait_for(lambda: {"n": str(len(_sessions(lab_backend_of(lambda_lab), instance_id)))},
+             "n", "1")  # fmt: skip
+    lambda_lab.control.drop_ssh(instance_id)
+    assert session.wait(timeout=30) == 255  # cut, not finished
+    assert ssh(key, active["ip"], 22, "true", known).returncode == 0  # new sessions still work
+
+    host = lab_backend_of(lambda_lab).records[instance_id]["host"]
+    api.post(f"{base}/instance-operations/terminate", json={"instance_ids": [instance_id]})
+    wait_for(lambda: api.get(f"{base}/instances/{instance_id}").json().get("data"),
+             "status", "terminated")  # fmt: skip
+    assert host not in {h.name for h in lab.list_hosts()}
+    assert ssh(key, active["ip"], 22, "true", known).returncode == 255
+
+
+def lab_backend_of(fake: RunningFake) -> Any:
+    return fake.api.books.backend  # type: ignore[attr-defined]
+
+
+def _sessions(backend: Any, instance_id: str) -> list[int]:
+    from infra.fakes.lab_backend import _children, _comm
+    from infra.lab import state
+
+    listener = state.read_state()["hosts"][backend.records[instance_id]["host"]]["sshd"]["pid"]
+    return [p for p in _children(listener) if _comm(p).startswith("sshd")]
+
+
+def _registry_has_base() -> bool:
+    try:
+        with urllib.request.urlopen("http://10.77.0.1:5000/v2/gpujob-lab/base/tags/list",
+                                    timeout=3) as reply:  # fmt: skip
+            return "bookworm" in json.loads(reply.read()).get("tags", [])
+    except OSError:
+        return False
+
+
+def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
+    lab: Any, lab_backend: Any, tmp_path: Path
+) -> None:
+    if not _registry_has_base():
+        pytest.skip(f"{BASE_IMAGE} is not in the lab registry (run `gpujob lab up`)")
+    fake = serve_vast(lab_backend)
+    try:
+        api = requests.Session()
+        api.headers["Authorization"] = f"Bearer {VAST_API_KEY}"
+        base = fake.url
+        public = Path(f"{lab.user_key()}.pub").read_text()
+        api.post(f"{base}/ssh/", json={"ssh_key": public}).raise_for_status()
+        created = api.put(f"{base}/asks/12345601/", json={
+            "image": BASE_IMAGE, "disk": 10, "runtype": "ssh_direc ssh_proxy",
+            "env": {"GREETING": "hello"}, "onstart": "echo \"$GREETING\" > /root/greeting",
+        }).json()  # fmt: skip
+        instance_id = created["new_contract"]
+        shown = wait_for(lambda: api.get(f"{base}/instances/{instance_id}/").json()["instances"],
+                         "actual_status", "running")  # fmt: skip
+        port = int(shown["ports"]["22/tcp"][0]["HostPort"])
+        assert port == shown["ssh_port"]
+        known = tmp_path / "known_hosts"
+        done = ssh(lab.user_key(), shown["public_ipaddr"], port,
+                   "cat /root/greeting; test -S /var/run/docker.sock || echo no-docker; "
+                   "echo $CONTAINER_ID", known, strict="accept-new")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[:2] == ["hello", "no-docker"]
+        api.delete(f"{base}/instances/{instance_id}/").raise_for_status()
+        assert api.get(f"{base}/instances/{instance_id}/").json() == {"instances": None}
+    finally:
+        fake.stop()
+    assert str(instance_id) not in lab_backend.records
+    assert "gjlab-v88001" not in {h.name for h in lab.list_hosts()}
