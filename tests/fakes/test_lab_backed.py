@@ -156,12 +156,55 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
         known = tmp_path / "known_hosts"
         done = ssh(lab.user_key(), shown["public_ipaddr"], port,
                    "cat /root/greeting; test -S /var/run/docker.sock || echo no-docker; "
-                   "echo $CONTAINER_ID", known, strict="accept-new")  # fmt: skip
+                   "echo id=$CONTAINER_ID", known, strict="accept-new")  # fmt: skip
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split()[:2] == ["hello", "no-docker"]
+        # env reaches onstart but not SSH sessions unless onstart exports it (§7.2)
+        assert done.stdout.split() == ["hello", "no-docker", "id="]
+
+        extra = tmp_path / "extra"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(extra)],
+                       check=True)  # fmt: skip
+        api.post(f"{base}/instances/{instance_id}/ssh/",
+                 json={"ssh_key": extra.with_suffix(".pub").read_text()}).raise_for_status()
+        fake.control.reboot(instance_id)  # the container restarts: onstart runs again
+        wait_for(lambda: api.get(f"{base}/instances/{instance_id}/").json()["instances"],
+                 "actual_status", "running")  # fmt: skip
+        again = ssh(extra, shown["public_ipaddr"], port, "cat /root/greeting", known)
+        assert (again.returncode, again.stdout) == (0, "hello\n"), again.stderr
         api.delete(f"{base}/instances/{instance_id}/").raise_for_status()
         assert api.get(f"{base}/instances/{instance_id}/").json() == {"instances": None}
     finally:
         fake.stop()
     assert str(instance_id) not in lab_backend.records
     assert "gjlab-v88001" not in {h.name for h in lab.list_hosts()}
+
+
+def test_start_fakes_serves_both_apis_and_stop_fakes_removes_their_hosts(lab: Any) -> None:
+    from infra.fakes import start_fakes, stop_fakes
+
+    lab_dir = lab.lab_dir()
+    env = start_fakes(lab_dir)
+    try:
+        assert start_fakes(lab_dir) == env  # a second call reuses the running daemons
+        lam = {"Authorization": f"Bearer {env['LAMBDA_API_KEY']}"}
+        base = env["GPUJOB_LAMBDA_API_URL"]
+        assert base.startswith("http://127.0.0.1:") and base.endswith("/api/v1")
+        public = Path(f"{lab.user_key()}.pub").read_text()
+        requests.post(f"{base}/ssh-keys", json={"name": "lab", "public_key": public},
+                      headers=lam).raise_for_status()  # fmt: skip
+        launched = requests.post(f"{base}/instance-operations/launch", headers=lam, json={
+            "region_name": "us-east-1", "instance_type_name": "gpu_1x_a10",
+            "ssh_key_names": ["lab"]})  # fmt: skip
+        (instance_id,) = launched.json()["data"]["instance_ids"]
+        wait_for(lambda: requests.get(f"{base}/instances/{instance_id}", headers=lam)
+                 .json()["data"], "status", "active")  # fmt: skip
+        vast = requests.get(f"{env['GPUJOB_VAST_API_URL']}/instances/", headers={
+            "Authorization": f"Bearer {env['VAST_API_KEY']}"})  # fmt: skip
+        assert vast.status_code == 410
+        records = json.loads((lab_dir / "fakes" / "backend-lambda.json").read_text())
+        host = records[instance_id]["host"]
+        assert host in {h.name for h in lab.list_hosts()}
+    finally:
+        stop_fakes(lab_dir)
+    assert host not in {h.name for h in lab.list_hosts()}
+    assert not (lab_dir / "fakes" / "lambda.json").exists()
