@@ -103,6 +103,14 @@ def test_lambda_launch_is_a_host_ssh_reaches_and_terminate_removes(
     assert session.wait(timeout=30) == 255  # cut, not finished
     assert ssh(key, active["ip"], 22, "true", known).returncode == 0  # new sessions still work
 
+    assert ssh(key, active["ip"], 22, "touch /root/kept", known).returncode == 0
+    restarted = api.post(f"{base}/instance-operations/restart",
+                         json={"instance_ids": [instance_id]})  # fmt: skip
+    assert restarted.json()["data"]["restarted_instances"][0]["status"] == "booting"
+    wait_for(lambda: api.get(f"{base}/instances/{instance_id}").json()["data"], "status", "active")
+    kept = ssh(key, active["ip"], 22, "ls /root/kept && docker info >/dev/null && echo ok", known)
+    assert kept.stdout.split() == ["/root/kept", "ok"], kept.stderr  # same disk, same address
+
     host = lab_backend_of(lambda_lab).records[instance_id]["host"]
     api.post(f"{base}/instance-operations/terminate", json={"instance_ids": [instance_id]})
     wait_for(lambda: api.get(f"{base}/instances/{instance_id}").json().get("data"),
