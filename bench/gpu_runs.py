@@ -6,6 +6,7 @@ is built from gpujob's own Plan values, so the only difference is gpujob itself.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -28,6 +29,12 @@ class RunResult:
     first_step_s: float | None
     steady_tokens_per_s: float | None
     output: bytes = field(repr=False, default=b"")
+    job_dir: Path | None = None
+
+    def node_status(self, node: int = 0) -> dict:
+        """The agent's status.json of a node (peak memory, exit code) for gpujob runs."""
+        assert self.job_dir is not None
+        return json.loads((self.job_dir / f"node-{node}" / "status.json").read_text())
 
 
 def timed_run(how: str, argv: list[str], env: dict[str, str], cwd: Path) -> RunResult:
@@ -52,11 +59,14 @@ def timed_run(how: str, argv: list[str], env: dict[str, str], cwd: Path) -> RunR
 
 
 def through_gpujob(spec: str, sets: list[str], label: str) -> RunResult:
-    env = dict(os.environ, GPUJOB_STATE_DIR=tempfile.mkdtemp(prefix="gpujob-bench-"))
+    state = tempfile.mkdtemp(prefix="gpujob-bench-")
+    env = dict(os.environ, GPUJOB_STATE_DIR=state)
     argv = [sys.executable, "-m", "launcher", "submit", spec, "--job-id", label]
     for item in sets:
         argv += ["--set", item]
-    return timed_run("gpujob submit", argv, env, REPO)
+    result = timed_run("gpujob submit", argv, env, REPO)
+    result.job_dir = Path(state) / "jobs" / label
+    return result
 
 
 def through_torchrun(spec: str, sets: list[str]) -> RunResult:

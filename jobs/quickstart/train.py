@@ -53,6 +53,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--jit-op", action="store_true", help="Build and use a JIT-compiled op (seed 001)."
+    )
+    parser.add_argument(
         "--warmup-steps", type=int, default=10, help="Left out of the steady tokens/s figure."
     )
     return parser.parse_args()
@@ -108,6 +111,11 @@ def prune(root: Path, keep_last: int) -> None:
 def main() -> None:
     args = parse_args()
     cuda = torch.cuda.is_available()
+    if args.jit_op:
+        import jit_ops
+
+        probe = torch.ones(4, device="cuda" if cuda else "cpu")
+        assert float(jit_ops.ops.scale(probe, 2.0).sum()) == 8.0
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -192,12 +200,12 @@ def main() -> None:
     print(f"rank {rank}/{world}: done", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+    # Exit here, before this frame's locals are freed: with gloo, the DDP reducer's destructor
+    # can join a gloo worker thread that waits for the GIL the main thread holds, and the rank
+    # hangs after "done" (seen here with torch 2.13.0+cpu, about one run in three).
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter teardown: with gloo, the DDP reducer's destructor can join a gloo worker
-    # thread that waits for the GIL the main thread holds, and the rank hangs after "done"
-    # (seen here with torch 2.13.0+cpu, about one run in three).
-    sys.stdout.flush()
-    os._exit(0)

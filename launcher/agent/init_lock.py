@@ -41,14 +41,16 @@ def serialized_imports() -> None:
 
 
 def main() -> None:
-    serialized_imports()
     args = sys.argv[1:]
-    if args[:1] == ["-m"]:
+    module = args[:1] == ["-m"]
+    # The program's own modules must be importable under the lock, as they will be after it.
+    sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(args[0]))
+    serialized_imports()
+    if module:
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = args
-        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
         runpy.run_path(args[0], run_name="__main__")
 
 
