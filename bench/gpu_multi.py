@@ -18,7 +18,7 @@ def main() -> int:
     parser.add_argument("--gpu-name", default="H200")
     args = parser.parse_args()
     gpu = args.gpu_name
-    base = ["profile=gpu", "batch.micro_batch=8"]
+    base = ["profile=gpu", "batch.micro_batch=8", "checkpoints.every_steps=100000"]  # no save
     runs = {
         "1 GPU, 1 rank": [*base, f"resources.accelerators={gpu}:1", "run.nproc_per_node=1",
                           "batch.global_batch=8"],
