@@ -24,9 +24,11 @@ def submit(tmp_path: Path, *sets: str) -> tuple[int, str]:
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
                GPUJOB_CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
     argv = [sys.executable, "-m", "launcher", "submit", "jobs/quickstart.yaml",
-            "--set", "profile=gpu", *FAST, *sets]  # fmt: skip
+            "--set", "profile=gpu", *FAST]  # fmt: skip
+    for item in sets:
+        argv += ["--set", item]
     result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    return result.returncode, result.stdout
+    return result.returncode, result.stdout + result.stderr
 
 
 def losses(text: str) -> list[float]:
