@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEADY = re.compile(rb"^steady tokens/s ([0-9.]+)", re.M)
+STEADY = re.compile(rb"^(?:\[node 0\] )?steady tokens/s ([0-9.]+)", re.M)
 FIRST_STEP = re.compile(rb"^(\[node \d+\] )?step 1/")
 
 
