@@ -168,10 +168,6 @@ class LabBackend:
         rec = self.records[instance_id]
         if rec["kind"] == "vm":
             hosts.kill_host_processes(rec["host"])
-            # A SIGKILLed dockerd leaves its containerd's pid file, and the next dockerd then
-            # times out waiting for containerd; infra.lab's boot should drop it (reported).
-            stale = boot.host_dir(rec["host"]) / "exec" / "containerd" / "containerd.pid"
-            stale.unlink(missing_ok=True)
             host = hosts.create_host(rec["host"], docker=True)
             self._install_vm_keys(rec["host"], host.address, rec["keys"].splitlines(),
                                   replace=True)  # fmt: skip

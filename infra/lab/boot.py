@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,11 @@ def start_dockerd(name: str, sshd_pid: int) -> dict[str, Any]:
     log = host_dir(name) / "dockerd.log"
     sock = docker_socket(name)
     sock.unlink(missing_ok=True)
-    (host_dir(name) / "dockerd.pid").unlink(missing_ok=True)  # left by a crash; dockerd balks
+    # Left by a crash (SIGKILL): dockerd balks at its own pid file, and times out waiting for
+    # a containerd whose pid file and socket belong to a dead process. Every process of the
+    # host is gone by now, so containerd's runtime state is only debris.
+    (host_dir(name) / "dockerd.pid").unlink(missing_ok=True)
+    shutil.rmtree(host_dir(name) / "exec" / "containerd", ignore_errors=True)
     rec = state.spawn(dockerd_argv(name, sshd_pid), log)
     state.wait_until(
         lambda: docker_answers(sock), f"dockerd of {name}", timeout=60, log=log, daemon=rec
