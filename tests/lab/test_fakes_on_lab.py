@@ -4,7 +4,6 @@ given at launch, a Vast instance is a container with sshd, and terminate removes
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -20,19 +19,16 @@ pytestmark = pytest.mark.lab
 BASE_IMAGE = "10.77.0.1:5000/gpujob-lab/base:bookworm"
 
 
-@pytest.fixture(scope="module")
-def lab() -> Any:
-    try:
-        from infra.lab import hosts
-    except ModuleNotFoundError:
-        pytest.skip("infra.lab.hosts is not there yet")
-    if os.geteuid() != 0:
-        pytest.skip("lab hosts need root (network namespaces, sshd, dockerd)")
+@pytest.fixture
+def lab_hosts(lab: None) -> Any:
+    """infra.lab.hosts, with the session lab (bridge, registry, base image) up."""
+    from infra.lab import hosts
+
     return hosts
 
 
 @pytest.fixture
-def lab_backend(lab: Any, tmp_path: Path) -> Any:
+def lab_backend(lab_hosts: Any, tmp_path: Path) -> Any:
     from infra.fakes.lab_backend import LabBackend
 
     backend = LabBackend(tmp_path / "records.json")
@@ -70,7 +66,7 @@ def wait_for(get: Any, field: str, wanted: str, reads: int = 600) -> dict[str, A
 
 
 def test_lambda_launch_is_a_host_ssh_reaches_and_terminate_removes(
-    lab: Any, lambda_lab: RunningFake, tmp_path: Path
+    lab_hosts: Any, lambda_lab: RunningFake, tmp_path: Path
 ) -> None:
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -85,8 +81,8 @@ def test_lambda_launch_is_a_host_ssh_reaches_and_terminate_removes(
     (instance_id,) = launched.json()["data"]["instance_ids"]
     active = wait_for(lambda: api.get(f"{base}/instances/{instance_id}").json()["data"],
                       "status", "active")  # fmt: skip
-    known = lab.known_hosts_path()
-    for private in (key, lab.user_key()):  # the key named at launch, and the lab's own
+    known = lab_hosts.known_hosts_path()
+    for private in (key, lab_hosts.user_key()):  # the key named at launch, and the lab's own
         done = ssh(private, active["ip"], 22, "hostname; docker info --format '{{.ID}}' >/dev/null"
                    " && echo docker-ok", known)  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -115,7 +111,7 @@ def test_lambda_launch_is_a_host_ssh_reaches_and_terminate_removes(
     api.post(f"{base}/instance-operations/terminate", json={"instance_ids": [instance_id]})
     wait_for(lambda: api.get(f"{base}/instances/{instance_id}").json().get("data"),
              "status", "terminated")  # fmt: skip
-    assert host not in {h.name for h in lab.list_hosts()}
+    assert host not in {h.name for h in lab_hosts.list_hosts()}
     assert ssh(key, active["ip"], 22, "true", known).returncode == 255
 
 
@@ -141,7 +137,7 @@ def _registry_has_base() -> bool:
 
 
 def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
-    lab: Any, lab_backend: Any, tmp_path: Path
+    lab_hosts: Any, lab_backend: Any, tmp_path: Path
 ) -> None:
     if not _registry_has_base():
         pytest.skip(f"{BASE_IMAGE} is not in the lab registry (run `gpujob lab up`)")
@@ -150,7 +146,7 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
         api = requests.Session()
         api.headers["Authorization"] = f"Bearer {VAST_API_KEY}"
         base = fake.url
-        public = Path(f"{lab.user_key()}.pub").read_text()
+        public = Path(f"{lab_hosts.user_key()}.pub").read_text()
         api.post(f"{base}/ssh/", json={"ssh_key": public}).raise_for_status()
         created = api.put(f"{base}/asks/12345601/", json={
             "image": BASE_IMAGE, "disk": 10, "runtype": "ssh_direc ssh_proxy",
@@ -162,7 +158,7 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
         port = int(shown["ports"]["22/tcp"][0]["HostPort"])
         assert port == shown["ssh_port"]
         known = tmp_path / "known_hosts"
-        done = ssh(lab.user_key(), shown["public_ipaddr"], port,
+        done = ssh(lab_hosts.user_key(), shown["public_ipaddr"], port,
                    "cat /root/greeting; test -S /var/run/docker.sock || echo no-docker; "
                    "echo id=$CONTAINER_ID", known, strict="accept-new")  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -172,8 +168,10 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
         extra = tmp_path / "extra"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(extra)],
                        check=True)  # fmt: skip
-        api.post(f"{base}/instances/{instance_id}/ssh/",
-                 json={"ssh_key": extra.with_suffix(".pub").read_text()}).raise_for_status()
+        api.post(
+            f"{base}/instances/{instance_id}/ssh/",
+            json={"ssh_key": extra.with_suffix(".pub").read_text()},
+        ).raise_for_status()
         fake.control.reboot(instance_id)  # the container restarts: onstart runs again
         wait_for(lambda: api.get(f"{base}/instances/{instance_id}/").json()["instances"],
                  "actual_status", "running")  # fmt: skip
@@ -184,20 +182,20 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
     finally:
         fake.stop()
     assert str(instance_id) not in lab_backend.records
-    assert "gjlab-v88001" not in {h.name for h in lab.list_hosts()}
+    assert "gjlab-v88001" not in {h.name for h in lab_hosts.list_hosts()}
 
 
-def test_start_fakes_serves_both_apis_and_stop_fakes_removes_their_hosts(lab: Any) -> None:
+def test_start_fakes_serves_both_apis_and_stop_fakes_removes_their_hosts(lab_hosts: Any) -> None:
     from infra.fakes import start_fakes, stop_fakes
 
-    lab_dir = lab.lab_dir()
+    lab_dir = lab_hosts.lab_dir()
     env = start_fakes(lab_dir)
     try:
         assert start_fakes(lab_dir) == env  # a second call reuses the running daemons
         lam = {"Authorization": f"Bearer {env['LAMBDA_API_KEY']}"}
         base = env["GPUJOB_LAMBDA_API_URL"]
         assert base.startswith("http://127.0.0.1:") and base.endswith("/api/v1")
-        public = Path(f"{lab.user_key()}.pub").read_text()
+        public = Path(f"{lab_hosts.user_key()}.pub").read_text()
         requests.post(f"{base}/ssh-keys", json={"name": "lab", "public_key": public},
                       headers=lam).raise_for_status()  # fmt: skip
         launched = requests.post(f"{base}/instance-operations/launch", headers=lam, json={
@@ -211,8 +209,8 @@ def test_start_fakes_serves_both_apis_and_stop_fakes_removes_their_hosts(lab: An
         assert vast.status_code == 410
         records = json.loads((lab_dir / "fakes" / "backend-lambda.json").read_text())
         host = records[instance_id]["host"]
-        assert host in {h.name for h in lab.list_hosts()}
+        assert host in {h.name for h in lab_hosts.list_hosts()}
     finally:
         stop_fakes(lab_dir)
-    assert host not in {h.name for h in lab.list_hosts()}
+    assert host not in {h.name for h in lab_hosts.list_hosts()}
     assert not (lab_dir / "fakes" / "lambda.json").exists()
