@@ -8,6 +8,7 @@ and so runs before any test that holds the session lab.
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +23,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if cycle:
         rest = [item for item in items if item.path.name != "test_up_down.py"]
         items[:] = cycle + rest
+
+
+MACHINE_LOCK = Path("/tmp/gpujob-lab.lock")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_lab_session_at_a_time() -> Iterator[None]:
+    """The lab is one per machine: a second test session (another checkout, CI) waits here
+    rather than tearing down or reusing hosts of a lab that another session is using."""
+    with MACHINE_LOCK.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"lab: another test session holds {MACHINE_LOCK}; waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")

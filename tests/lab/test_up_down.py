@@ -73,7 +73,10 @@ def test_lab_up_then_down_leaves_nothing_behind(tmp_path):
         pytest.skip(reason)
     if lab_is_up():
         pytest.skip("a lab is already up on this machine; this test would tear it down")
-    from infra.lab import lab_dir
+    from infra.lab import lab_dir, network
+
+    if network.lab_namespaces():  # debris of a session that was killed: the cycle starts clean
+        assert gpujob("lab", "down").returncode == 0
 
     first = timed_up()
     try:
