@@ -136,6 +136,52 @@ def lab_env() -> None:
         click.echo(f"export {key}={shlex.quote(value)}")
 
 
+@cli.command()
+@click.argument("gpu")
+@click.option(
+    "--provider",
+    type=click.Choice(["lambda", "vast"]),
+    default="lambda",
+    show_default=True,
+    help="Which cloud rents the host.",
+)
+@click.option(
+    "--count",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Hosts to launch, in parallel.",
+)
+@click.option("--max-price", type=float, help="Highest $/hour per host.")
+@click.option("--region", help="Lambda region (us-east-1) or Vast country code (US).")
+@click.option("--disk", default=0, type=click.IntRange(min=0), help="Least disk, GB.")
+@click.option("--yes", "-y", is_flag=True, help="Launch without asking.")
+@click.option("--dry-run", is_flag=True, help="Show the offers; launch nothing.")
+@click.option(
+    "--timeout",
+    default=1200.0,
+    show_default=True,
+    help="Seconds to wait for SSH before giving up (and terminating).",
+)
+def up(**kwargs: Any) -> None:
+    """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2) and wait until SSH answers."""
+    from launcher.hosts_cmd import UpOptions
+    from launcher.hosts_cmd import up as run_up
+
+    sys.exit(run_up(UpOptions(**kwargs)))
+
+
+@cli.command()
+@click.argument("host", required=False)
+@click.option("--all", "everything", is_flag=True, help="Every gpujob host on every cloud.")
+@click.option("--dry-run", is_flag=True, help="Show what would be terminated.")
+def down(host: str | None, everything: bool, dry_run: bool) -> None:
+    """Terminate a host gpujob rented (HOST: name or instance id), or --all of them."""
+    from launcher.hosts_cmd import down as run_down
+
+    sys.exit(run_down(host, everything, dry_run))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args

@@ -1,0 +1,238 @@
+"""`gpujob up` and `gpujob down`: rent GPU hosts, wait until SSH answers, give them back.
+
+`up` records each host before its launch call, so nothing it starts can be forgotten: a
+failed `up` terminates what it made, and one cut short leaves a row that the next `up` or
+`down --all` reconciles with the cloud's tagged instances. Messages go to stderr, tables
+to stdout. rich is imported inside the functions that draw.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from launcher.errors import ExitCode, GpujobError, UsageError
+from launcher.providers.base import (
+    TAG,
+    GpuRequest,
+    Instance,
+    LostAnswer,
+    Offer,
+    Provider,
+    launch_cheapest,
+    no_offers,
+    parse_gpu_request,
+)
+from launcher.state.hosts import HostsDB, reconcile
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    gpu: str
+    provider: str = "lambda"
+    count: int = 1
+    max_price: float | None = None
+    region: str | None = None
+    disk: int = 0
+    yes: bool = False
+    dry_run: bool = False
+    timeout: float = 1200.0
+
+
+def say(text: str) -> None:
+    click.echo(f"gpujob: {text}", err=True)
+
+
+def public_key() -> str:
+    """`GPUJOB_SSH_KEY` (a private key path; its `.pub` is read) or the usual ~/.ssh keys."""
+    chosen = os.environ.get("GPUJOB_SSH_KEY")
+    names = [chosen] if chosen else [str(Path.home() / ".ssh" / n)
+                                     for n in ("id_ed25519", "id_ecdsa", "id_rsa")]  # fmt: skip
+    for name in names:
+        pub = Path(f"{name}.pub")
+        if pub.is_file():
+            return pub.read_text().strip()
+    raise UsageError(f"no SSH public key found ({', '.join(n + '.pub' for n in names)})",
+                     "create one with `ssh-keygen -t ed25519` or set GPUJOB_SSH_KEY")  # fmt: skip
+
+
+def offers_table(offers: list[Offer], shown: int = 10) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(offers)} offer(s), cheapest first")
+    for column in ("provider", "type", "GPUs", "region", "$/hour", "disk GB"):
+        table.add_column(column)
+    for o in offers[:shown]:
+        table.add_row(o.provider, o.instance_type, f"{o.gpu_count}x {o.gpu_name}", o.region,
+                      f"{o.price_per_hour:.2f}", f"{o.disk_gb:.0f}")  # fmt: skip
+    Console(file=sys.stdout, width=110).print(table)
+
+
+def up(options: UpOptions) -> int:
+    request = parse_gpu_request(options.gpu, min_disk_gb=options.disk,
+                                max_price=options.max_price, region=options.region)  # fmt: skip
+    if options.count < 1:
+        raise UsageError("--count must be at least 1")
+    from launcher.providers.registry import get_provider
+
+    provider = get_provider(options.provider)
+    db = HostsDB()
+    for line in reconcile(provider, db).lines():
+        say(line)
+    offers = provider.offers(request)
+    if not offers:
+        raise no_offers(provider.name, request)
+    offers_table(offers)
+    if options.dry_run:
+        say(
+            f"dry run: would launch {options.count} x {offers[0].instance_type} in "
+            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each; nothing started"
+        )
+        return ExitCode.OK
+    if not options.yes:
+        click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
+                      f"${offers[0].price_per_hour:.2f}/h each?", abort=True, err=True)  # fmt: skip
+    key = public_key()
+    made = _launch_all(provider, request, options, key, db)
+    for inst in made:
+        click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
+                   f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
+    return ExitCode.OK
+
+
+def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
+                db: HostsDB) -> list[Instance]:  # fmt: skip
+    """Launch `count` hosts, one purchase at a time (Vast: search again after each; Lambda:
+    one launch per 12 s), and wait for them together. All or nothing."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    names = [f"{TAG}{request.gpu.name}-{secrets.token_hex(3)}" for _ in range(options.count)]
+    deadline = time.monotonic() + options.timeout
+    buying = threading.Lock()
+    made: dict[str, Instance] = {}
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=Console(file=sys.stderr), transient=False)  # fmt: skip
+
+    def one(name: str) -> Instance:
+        task = progress.add_task(f"{name}: waiting to launch")
+        with buying:
+            progress.update(task, description=f"{name}: launching")
+            db.intend(name, provider.name, request.label)
+            try:
+                inst = launch_cheapest(provider, request, name, key)
+            except LostAnswer:
+                raise  # the row stays `launching`: the cloud may hold it under its tag
+            except BaseException:
+                db.update(name, status="failed")
+                raise
+            made[name] = inst
+            db.update(name, inst)
+        progress.update(task, description=f"{name}: {provider.name} {inst.id} booting")
+        inst = provider.wait_until_running(inst.id, max(1.0, deadline - time.monotonic()))
+        db.update(name, inst, status="booting")
+        progress.update(task, description=f"{name}: waiting for SSH on {inst.ip}:{inst.ssh_port}")
+        from launcher.providers.reach import wait_for_ssh
+
+        wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
+        db.update(name, inst, status="running")
+        progress.update(task, description=f"{name}: running at {inst.ip}:{inst.ssh_port}")
+        return inst
+
+    try:
+        with progress, ThreadPoolExecutor(options.count) as pool:
+            futures = [pool.submit(one, name) for name in names]
+            errors = [f.exception() for f in futures]
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            raise failed
+        return [f.result() for f in futures]
+    except BaseException:
+        _undo(provider, names, made, db)
+        raise
+
+
+def _undo(provider: Provider, names: list[str], made: dict[str, Instance],
+          db: HostsDB) -> None:  # fmt: skip
+    """Terminate what this `up` created. An instance whose launch answer was lost has no id
+    here: look for its tag. If even that fails, its row stays `launching` for reconcile."""
+    missing = [n for n in names if n not in made]
+    if missing:
+        try:
+            for inst in provider.list():
+                if inst.name in missing:
+                    made[inst.name] = inst
+                    db.update(inst.name, inst)
+        except GpujobError as error:
+            say(f"could not look for instances of a lost launch answer: {error.one_line()}")
+            say("run `gpujob down --all` to remove anything left")
+    for name, inst in made.items():
+        try:
+            provider.terminate(inst.id)
+            db.update(name, status="terminated")
+            say(f"terminated {name} ({provider.name} {inst.id}) after the failed up")
+        except GpujobError as error:
+            say(f"could not terminate {name} ({inst.id}): {error.one_line()}")
+
+
+def down(reference: str | None, everything: bool, dry_run: bool,
+         timeout: float = 300.0) -> int:  # fmt: skip
+    """Terminate one host (name, name without the tag, or instance id) or every gpujob host,
+    then read each back until the cloud says it is going or gone."""
+    from launcher.providers.registry import configured, get_provider
+
+    if bool(reference) == everything:
+        raise UsageError("name one HOST or pass --all", "see `gpujob down --help`")
+    db = HostsDB()
+    clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
+    targets: list[tuple[Provider, Instance]] = []
+    for cloud in clouds:
+        provider = get_provider(cloud)
+        for line in reconcile(provider, db).lines():
+            say(line)
+        for inst in provider.list():
+            if everything or reference in (inst.id, inst.name, inst.name.removeprefix(TAG)):
+                targets.append((provider, inst))
+    if not targets:
+        if reference:
+            raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
+        say("no gpujob hosts are running")
+        return ExitCode.OK
+    if dry_run:
+        for provider, inst in targets:
+            click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status})")
+        return ExitCode.OK
+    with ThreadPoolExecutor(min(8, len(targets))) as pool:
+        results = list(pool.map(lambda t: _terminate(*t, db, timeout), targets))
+    failures = [r for r in results if r]
+    for line in failures:
+        say(line)
+    return ExitCode.FAILURE if failures else ExitCode.OK
+
+
+def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:
+    """Terminate and confirm; the failure as one line, or None."""
+    from launcher.providers.base import poll_interval
+
+    try:
+        provider.terminate(inst.id)
+        deadline = time.monotonic() + timeout
+        while (now := provider.describe(inst.id)).status not in ("terminated", "terminating"):
+            if time.monotonic() > deadline:
+                return f"{inst.name} ({inst.id}) is still {now.status} after terminate"
+            time.sleep(poll_interval())
+    except GpujobError as error:
+        return f"could not terminate {inst.name} ({inst.id}): {error.one_line()}"
+    if db.host(inst.name) is not None:
+        db.update(inst.name, status="terminated")
+    click.echo(f"terminated {inst.name} ({provider.name} {inst.id}): {now.status}")
+    return None

@@ -1,0 +1,233 @@
+"""What every cloud provider offers gpujob: offers, launch, describe, wait, terminate, list.
+
+The shape is dstack's `Compute` (STYLE.md): one small interface, one module per cloud. Plain
+dataclasses so that `up --dry-run` can print the offers it would take and tests can compare
+them. Standard library only: the CLI imports this to parse `GPU[:N]` before any network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from launcher.errors import GpujobError, UsageError
+
+# Every instance gpujob creates carries this prefix in its name (Lambda) or label (Vast):
+# it is how `down --all` and `reconcile` find them from any machine, with no db at all.
+TAG = "gpujob-"
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One GPU a user can ask for, in each cloud's own spelling.
+
+    Lambda is matched on the model in `gpu_description` ("A100 (40 GB PCIe)"), Vast on the
+    exact, spaced `gpu_name` values (Vast matches names exactly, so a family is a list).
+    """
+
+    name: str
+    lambda_model: str
+    vast_names: tuple[str, ...]
+    min_memory_gb: int = 0
+
+
+GPUS: dict[str, GpuModel] = {
+    g.name: g
+    for g in (
+        GpuModel("a10", "A10", ("A10",)),
+        GpuModel("a6000", "A6000", ("RTX A6000",)),
+        GpuModel("a100", "A100", ("A100 PCIE", "A100 SXM4", "A100X")),
+        GpuModel("a100-80gb", "A100", ("A100 PCIE", "A100 SXM4", "A100X"), 80),
+        GpuModel("h100", "H100", ("H100 PCIE", "H100 SXM", "H100 NVL")),
+        GpuModel("h200", "H200", ("H200", "H200 NVL")),
+        GpuModel("gh200", "GH200", ()),
+        GpuModel("b200", "B200", ("B200",)),
+        GpuModel("l40s", "L40S", ("L40S",)),
+        GpuModel("v100", "V100", ("Tesla V100",)),
+        GpuModel("rtx4090", "RTX 4090", ("RTX 4090",)),
+        GpuModel("rtx3090", "RTX 3090", ("RTX 3090",)),
+    )
+}
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What `gpujob up` asks for; every field is a filter on offers."""
+
+    gpu: GpuModel
+    count: int = 1
+    min_disk_gb: int = 0
+    max_price: float | None = None
+    region: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu.name}:{self.count}"
+
+
+def parse_gpu_request(
+    text: str,
+    *,
+    min_disk_gb: int = 0,
+    max_price: float | None = None,
+    region: str | None = None,
+) -> GpuRequest:
+    """`a100`, `h100:8`, `a100-80gb:2` (case-insensitive). Unknown names list the known ones,
+    so a typo is answered with the fix rather than with "no offers"."""
+    found = re.fullmatch(r"\s*([A-Za-z0-9-]+)\s*(?::\s*(\d+))?\s*", text)
+    if not found:
+        raise UsageError(f"cannot read GPU request {text!r}", "write GPU or GPU:COUNT, e.g. h100:8")
+    name, count = found.group(1).lower(), int(found.group(2) or 1)
+    if name not in GPUS:
+        raise UsageError(f"unknown GPU {name!r}", f"known GPUs: {', '.join(GPUS)}")
+    if not 1 <= count <= 16:
+        raise UsageError(f"GPU count {count} is out of range", "ask for 1 to 16 GPUs per host")
+    if max_price is not None and max_price <= 0:
+        raise UsageError("--max-price must be above 0 ($/hour)")
+    return GpuRequest(GPUS[name], count, min_disk_gb, max_price, region)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One thing that can be rented now. `raw_id` is what `launch` needs back: Lambda's
+    `type@region`, Vast's ask id."""
+
+    provider: str
+    instance_type: str
+    gpu_name: str
+    gpu_count: int
+    region: str
+    price_per_hour: float
+    disk_gb: float
+    raw_id: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A provider's instance as gpujob sees it. `status` is one of STATUSES whatever the
+    cloud calls it; `ip`/`ssh_port` are None until the cloud says them."""
+
+    provider: str
+    id: str
+    name: str
+    status: str
+    ip: str | None = None
+    ssh_port: int | None = None
+    ssh_user: str = "root"
+    price_per_hour: float | None = None
+    created_at: float | None = None
+    detail: str = field(default="", compare=False)
+
+
+STATUSES = ("booting", "running", "failed", "terminating", "terminated")
+
+
+class ProviderError(GpujobError):
+    """The cloud said no, or said something we cannot read; the message is the cloud's own."""
+
+
+class CapacityError(ProviderError):
+    """This offer cannot be had right now (sold out, or taken since the search): try the next."""
+
+
+class LostAnswer(ProviderError):
+    """A call that creates was sent but its answer never came: it may have created an
+    instance, found later by its tag. Never retried blindly."""
+
+
+class Provider(Protocol):
+    name: str
+
+    def offers(self, request: GpuRequest) -> list[Offer]:
+        """Offers that fit `request`, cheapest first; may be empty."""
+        ...
+
+    def launch(self, offer: Offer, name: str, ssh_public_key: str) -> Instance:
+        """Rent one instance named `name` (already tagged); CapacityError to try the next."""
+        ...
+
+    def describe(self, instance_id: str) -> Instance:
+        """The instance now; status `terminated` when the cloud no longer knows it."""
+        ...
+
+    def wait_until_running(self, instance_id: str, timeout: float) -> Instance:
+        """Poll until `running` with an address; ProviderError on failure or timeout."""
+        ...
+
+    def terminate(self, instance_id: str) -> None:
+        """Idempotent: an instance already gone or going is not an error."""
+        ...
+
+    def list(self) -> list[Instance]:
+        """Only instances carrying gpujob's tag, in any state but gone."""
+        ...
+
+
+def poll_interval() -> float:
+    """Seconds between status reads: Lambda allows about 1 request/s and Vast's show is
+    limited to one per 2 s. `GPUJOB_POLL_S` shortens it in tests."""
+    return float(os.environ.get("GPUJOB_POLL_S", "2.0"))
+
+
+def poll_until_running(provider: Provider, instance_id: str, timeout: float) -> Instance:
+    """`describe` until running with an address; a failed or vanished instance ends it early,
+    because neither turns into `running` on its own (both references say so)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        inst = provider.describe(instance_id)
+        if inst.status == "running" and inst.ip and inst.ssh_port:
+            return inst
+        if inst.status in ("failed", "terminating", "terminated"):
+            raise ProviderError(
+                f"{provider.name}: instance {instance_id} is {inst.detail or inst.status}",
+                "it will not become ready; it is being terminated",
+            )
+        if time.monotonic() >= deadline:
+            raise ProviderError(
+                f"{provider.name}: instance {instance_id} still {inst.detail or inst.status} "
+                f"after {timeout:.0f} s",
+                "raise --timeout for big images or multi-GPU hosts",
+            )
+        time.sleep(poll_interval())
+
+
+MAX_OFFERS_TRIED = 25  # dstack's default for the same loop
+
+
+def launch_cheapest(
+    provider: Provider, request: GpuRequest, name: str, ssh_public_key: str
+) -> Instance:
+    """The cheapest offer that really launches. Capacity is raced and Vast's offers churn,
+    so after each refusal the offers are read again (skipping those tried), never trusted
+    from one search; bounded, so a sold-out market ends in a clear error."""
+    tried: dict[str, str] = {}
+    while len(tried) < MAX_OFFERS_TRIED:
+        fresh = [o for o in provider.offers(request) if o.raw_id not in tried]
+        if not fresh:
+            break
+        offer = fresh[0]
+        try:
+            return provider.launch(offer, name, ssh_public_key)
+        except CapacityError as refused:
+            tried[offer.raw_id] = refused.message
+    if not tried:
+        raise no_offers(provider.name, request)
+    raise ProviderError(
+        f"{provider.name}: no capacity for {request.label}: {len(tried)} offer(s) refused, "
+        f"last: {list(tried.values())[-1]}",
+        "try another --region, a higher --max-price, or later",
+    )
+
+
+def no_offers(provider: str, request: GpuRequest) -> ProviderError:
+    limits = [f"under ${request.max_price:.2f}/h" if request.max_price is not None else "",
+              f"in {request.region}" if request.region else "",
+              f"with {request.min_disk_gb} GB disk" if request.min_disk_gb else ""]  # fmt: skip
+    where = " ".join(x for x in limits if x)
+    return ProviderError(
+        f"{provider}: no offer for {request.label}" + (f" {where}" if where else ""),
+        "raise --max-price, drop --region, or try the other --provider",
+    )

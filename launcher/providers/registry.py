@@ -1,0 +1,29 @@
+"""Provider names to provider classes; the one place `up` and `down` learn what clouds exist."""
+
+from __future__ import annotations
+
+import os
+
+from launcher.errors import UsageError
+from launcher.providers.base import Provider
+
+# name: (module, class, variable holding the API key)
+CLOUDS = {
+    "lambda": ("launcher.providers.lambda_cloud", "LambdaCloud", "LAMBDA_API_KEY"),
+    "vast": ("launcher.providers.vast", "Vast", "VAST_API_KEY"),
+}
+
+
+def get_provider(name: str) -> Provider:
+    """Imported on demand: `requests` and `tenacity` load only when a cloud is used."""
+    import importlib
+
+    if name not in CLOUDS:
+        raise UsageError(f"unknown provider {name!r}", f"known: {', '.join(CLOUDS)}")
+    module, cls, _ = CLOUDS[name]
+    return getattr(importlib.import_module(module), cls)()
+
+
+def configured() -> list[str]:
+    """Clouds whose API key is set: the ones `down --all` can ask."""
+    return [name for name, (_, _, variable) in CLOUDS.items() if os.environ.get(variable)]

@@ -1,0 +1,172 @@
+"""Hosts gpujob rented, in the same sqlite file as the jobs, and how to square them with the
+cloud.
+
+A row is written *before* the launch call (status `launching`, no id yet) and completed when
+the cloud answers, so an `up` cut short between the two (Ctrl-C, a lost answer) leaves a row
+that `reconcile` can match by name to the tagged instance the cloud made. The cloud's tags
+are the truth; this table is a cache of them plus what only we know (which `up` made what).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launcher.state.db import state_dir
+
+if TYPE_CHECKING:
+    from launcher.providers.base import Instance, Provider
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS hosts (
+    name TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    instance_id TEXT,
+    status TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    ip TEXT,
+    ssh_port INTEGER,
+    ssh_user TEXT,
+    price_per_hour REAL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+LIVE = ("launching", "booting", "running")
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    name: str
+    provider: str
+    instance_id: str | None
+    status: str
+    gpu: str
+    ip: str | None = None
+    ssh_port: int | None = None
+    ssh_user: str | None = None
+    price_per_hour: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class HostsDB:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_dir() / "state.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=30)
+        try:
+            conn.executescript(SCHEMA)
+            with conn:
+                yield conn
+        finally:
+            conn.close()
+
+    def intend(self, name: str, provider: str, gpu: str) -> None:
+        """Before the launch call: the name is the tag the cloud will carry."""
+        now = time.time()
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO hosts (name, provider, status, gpu, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?)",
+                (name, provider, "launching", gpu, now, now),
+            )
+
+    def update(self, name: str, inst: Instance | None = None, status: str | None = None) -> None:
+        """Record what the cloud said about `name` (id, status, address)."""
+        with self._connect() as conn:
+            if inst is not None:
+                conn.execute(
+                    "UPDATE hosts SET instance_id=?, status=?, ip=COALESCE(?, ip),"
+                    " ssh_port=COALESCE(?, ssh_port), ssh_user=?,"
+                    " price_per_hour=COALESCE(?, price_per_hour), updated_at=? WHERE name=?",
+                    (inst.id, status or inst.status, inst.ip, inst.ssh_port, inst.ssh_user,
+                     inst.price_per_hour, time.time(), name),
+                )  # fmt: skip
+            else:
+                conn.execute(
+                    "UPDATE hosts SET status=?, updated_at=? WHERE name=?",
+                    (status, time.time(), name),
+                )
+
+    def hosts(self, provider: str | None = None, live_only: bool = True) -> list[HostRecord]:
+        query = "SELECT * FROM hosts WHERE (? IS NULL OR provider = ?)"
+        if live_only:
+            query += f" AND status IN ({','.join('?' * len(LIVE))})"
+        with self._connect() as conn:
+            rows = conn.execute(
+                query + " ORDER BY created_at",
+                (provider, provider, *(LIVE if live_only else ())),
+            ).fetchall()
+        return [HostRecord(*row) for row in rows]
+
+    def host(self, reference: str) -> HostRecord | None:
+        """By name, name without the tag, or instance id."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT * FROM hosts WHERE name IN (?, ?) OR instance_id = ?"
+                " ORDER BY created_at DESC",
+                (reference, f"gpujob-{reference}", reference),
+            ).fetchone()
+        return HostRecord(*row) if row else None
+
+
+@dataclass
+class Reconciliation:
+    """What `reconcile` found: `adopted` were tagged instances of an interrupted `up` (now
+    recorded); `unknown` are tagged instances this db never heard of (another machine's, or
+    a db that was lost); `vanished` are rows whose instance the cloud no longer has."""
+
+    adopted: list[Instance] = field(default_factory=list)
+    unknown: list[Instance] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"adopted {i.name} ({i.provider} {i.id}): an earlier `up` was cut short"
+               for i in self.adopted]  # fmt: skip
+        out += [f"unknown tagged instance {i.name} ({i.provider} {i.id}, {i.status}): "
+                f"not made from this machine; `gpujob down {i.id}` removes it"
+                for i in self.unknown]  # fmt: skip
+        out += [f"{name} is gone from the cloud; marked terminated" for name in self.vanished]
+        return out
+
+
+def reconcile(provider: Provider, db: HostsDB | None = None) -> Reconciliation:
+    """Compare the cloud's tagged instances with the db. A `launching` row whose name the
+    cloud carries is completed (its id was lost with the answer); a tagged instance no row
+    names is reported, never silently ignored; a live row the cloud lacks is closed."""
+    db = db or HostsDB()
+    found = Reconciliation()
+    tagged = provider.list()
+    rows = {r.name: r for r in db.hosts(provider.name)}
+    by_id = {r.instance_id: r for r in rows.values() if r.instance_id}
+    for inst in tagged:
+        if inst.id in by_id:
+            continue
+        row = rows.get(inst.name)
+        if row is not None and row.instance_id is None:
+            db.update(row.name, inst)
+            found.adopted.append(inst)
+            by_id[inst.id] = row
+        else:
+            found.unknown.append(inst)
+    live_ids = {i.id for i in tagged}
+    for row in rows.values():
+        if row.instance_id and row.instance_id not in live_ids:
+            db.update(row.name, status="terminated")
+            found.vanished.append(row.name)
+        elif row.instance_id is None and row.name not in {i.name for i in tagged}:
+            # The launch never reached the cloud, or what it made is already gone.
+            age = time.time() - row.created_at
+            if age > 120:
+                db.update(row.name, status="failed")
+    return found

@@ -1,0 +1,192 @@
+"""`gpujob up/down --provider lambda` against the Lambda fake on a thread (no root, fast)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from clouds import (
+    PUBLIC_KEY,
+    BannerBackend,
+    BannerServer,
+    calls,
+    lambda_instances,
+    point_at,
+)
+
+from infra.fakes import LAMBDA_API_KEY, RunningFake, serve_lambda
+
+LIVE = {"booting", "active", "unhealthy"}
+
+
+@pytest.fixture
+def banner() -> Iterator[BannerServer]:
+    server = BannerServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake(banner: BannerServer) -> Iterator[RunningFake]:
+    running = serve_lambda(BannerBackend(banner))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def env(fake: RunningFake, banner: BannerServer, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, state_dir: Path) -> RunningFake:  # fmt: skip
+    point_at(monkeypatch, tmp_path, lam=fake, banner=banner)
+    return fake
+
+
+def live(fake: RunningFake) -> list[dict]:
+    return [i for i in lambda_instances(fake) if i["status"] in LIVE]
+
+
+def test_up_then_down_leaves_nothing(env: RunningFake, gpujob: Callable) -> None:
+    result = gpujob("up", "a100", "--count", "2", "--yes")
+    assert result.exit_code == 0, result.stderr
+    hosts = [line for line in result.stdout.splitlines() if line.startswith("gpujob-a100-")]
+    assert len(hosts) == 2
+    assert [i["status"] for i in live(env)] == ["active", "active"]
+    assert all(i["name"].startswith("gpujob-a100-") for i in live(env))
+    down = gpujob("down", "--all")
+    assert down.exit_code == 0, down.stderr
+    assert down.stdout.count("terminated gpujob-a100-") == 2
+    assert live(env) == []
+
+
+def test_invalid_key_is_lambdas_message_on_one_line(
+    env: RunningFake, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAMBDA_API_KEY", "secret_wrong_key.123")
+    result = gpujob("up", "a100", "--yes")
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "API key was invalid, expired, or deleted (global/invalid-api-key)" in result.stderr
+    assert "secret_wrong_key" not in result.stderr
+
+
+def test_unknown_gpu_lists_the_known_ones(env: RunningFake, gpujob: Callable) -> None:
+    result = gpujob("up", "a1000", "--yes")
+    assert result.exit_code == 2
+    assert "unknown GPU 'a1000'" in result.stderr
+    assert "a100, a100-80gb, h100" in result.stderr
+    assert calls(env, "launch") == []
+
+
+def test_no_offer_under_max_price(env: RunningFake, gpujob: Callable) -> None:
+    result = gpujob("up", "a100", "--max-price", "0.50", "--yes")
+    assert result.exit_code == 1
+    assert "no offer for a100:1 under $0.50/h" in result.stderr
+    assert calls(env, "launch") == []
+
+
+def test_429_then_success_backs_off_a_bounded_number_of_times(
+    env: RunningFake, gpujob: Callable
+) -> None:
+    env.control.fault(op="launch", status=429, count=2)
+    result = gpujob("up", "a100", "--yes")
+    assert result.exit_code == 0, result.stderr
+    assert [c["status"] for c in calls(env, "launch")] == [429, 429, 200]
+    assert len(live(env)) == 1
+
+
+def test_429_for_ever_gives_up(env: RunningFake, gpujob: Callable) -> None:
+    env.control.fault(op="launch", status=429, count=50)
+    result = gpujob("up", "a100", "--yes")
+    assert result.exit_code == 1
+    assert "still failing after 6 tries" in result.stderr
+    assert len(calls(env, "launch")) == 6
+    assert live(env) == []
+
+
+def test_capacity_error_moves_to_the_next_region(env: RunningFake, gpujob: Callable) -> None:
+    env.control.capacity(["gpu_1x_a100"], ["us-east-1"], count=8, race=True)
+    result = gpujob("up", "a100", "--yes")
+    assert result.exit_code == 0, result.stderr
+    regions = [(c["body"]["region_name"], c["status"]) for c in calls(env, "launch")]
+    assert regions == [("us-east-1", 400), ("us-south-1", 200)]
+
+
+def test_never_active_is_terminated_after_the_timeout(env: RunningFake, gpujob: Callable) -> None:
+    env.control.knobs(boot_forever=True)
+    result = gpujob("up", "a100", "--yes", "--timeout", "0.5")
+    assert result.exit_code == 1
+    assert re.search(r"still booting after \d+ s", result.stderr), result.stderr
+    assert "terminated gpujob-a100-" in result.stderr
+    assert live(env) == []
+
+
+@pytest.mark.parametrize(("op", "body"), [("list_instance_types", {"data": []}),
+                                          ("list_instances", {"instances": []})])  # fmt: skip
+def test_wrong_shape_is_an_error_not_zero(
+    env: RunningFake, gpujob: Callable, op: str, body: dict
+) -> None:
+    env.control.fault(op=op, status=200, body=body)
+    result = gpujob("up", "a100", "--yes")
+    assert result.exit_code == 1
+    assert "unexpected answer to GET" in result.stderr
+
+
+def launch_stranger(fake: RunningFake) -> str:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {LAMBDA_API_KEY}"
+    session.post(f"{fake.url}/ssh-keys", json={"name": "other", "public_key": PUBLIC_KEY})
+    reply = session.post(f"{fake.url}/instance-operations/launch", json={
+        "region_name": "us-west-1", "instance_type_name": "gpu_1x_a10",
+        "ssh_key_names": ["other"], "name": "gpujob-stranger"})  # fmt: skip
+    return reply.json()["data"]["instance_ids"][0]
+
+
+def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Callable) -> None:
+    from launcher.providers.lambda_cloud import LambdaCloud
+    from launcher.state.hosts import reconcile
+
+    stranger = launch_stranger(env)
+    found = reconcile(LambdaCloud())
+    assert [(i.name, i.id) for i in found.unknown] == [("gpujob-stranger", stranger)]
+    result = gpujob("up", "a100", "--dry-run")
+    assert result.exit_code == 0
+    assert "unknown tagged instance gpujob-stranger" in result.stderr
+
+
+def test_lost_launch_answer_is_reconciled_and_removed(env: RunningFake, gpujob: Callable) -> None:
+    """Ctrl-C between launch and its answer: the instance exists, its id was never heard.
+    The failed up cannot even list (503s), so the next `down --all` must find it by tag."""
+    env.control.fault(action="drop", op="launch", handle_first=True)
+    env.control.fault(op="list_instances", status=503, skip=1, count=6)
+    result = gpujob("up", "a100", "--yes")
+    assert result.exit_code == 1
+    assert "no answer to POST /instance-operations/launch" in result.stderr
+    assert len(live(env)) == 1  # the orphan a real Ctrl-C would leave
+    down = gpujob("down", "--all")
+    assert down.exit_code == 0, down.stderr
+    assert "adopted gpujob-a100-" in down.stderr
+    assert "terminated gpujob-a100-" in down.stdout
+    assert live(env) == []
+
+
+def test_lost_launch_answer_is_adopted_by_the_next_up(env: RunningFake, gpujob: Callable) -> None:
+    env.control.fault(action="drop", op="launch", handle_first=True)
+    env.control.fault(op="list_instances", status=503, skip=1, count=6)
+    assert gpujob("up", "a100", "--yes").exit_code == 1
+    again = gpujob("up", "a100", "--yes")
+    assert again.exit_code == 0, again.stderr
+    assert "adopted gpujob-a100-" in again.stderr
+    assert len(live(env)) == 2
+    assert gpujob("down", "--all").exit_code == 0
+    assert live(env) == []
+
+
+def test_down_one_host_by_name(env: RunningFake, gpujob: Callable) -> None:
+    result = gpujob("up", "a100", "--yes")
+    name = result.stdout.splitlines()[-1].split("\t")[0]
+    assert gpujob("down", name, "--dry-run").stdout.startswith(f"would terminate {name}")
+    assert len(live(env)) == 1
+    assert gpujob("down", name.removeprefix("gpujob-")).exit_code == 0
+    assert live(env) == []

@@ -1,0 +1,78 @@
+"""`gpujob up/down --provider vast` against the Vast fake on a thread (no root, fast)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from clouds import BannerBackend, BannerServer, calls, point_at, vast_instances
+
+from infra.fakes import RunningFake, serve_vast
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, state_dir: Path) -> Iterator[RunningFake]:
+    banner = BannerServer()
+    fake = serve_vast(BannerBackend(banner))
+    point_at(monkeypatch, tmp_path, vast=fake)
+    yield fake
+    fake.stop()
+    banner.close()
+
+
+def test_search_create_destroy(env: RunningFake, gpujob: Callable) -> None:
+    result = gpujob("up", "rtx4090", "--provider", "vast", "--yes")
+    assert result.exit_code == 0, result.stderr
+    search = calls(env, "search_offers")[-1]  # the table's search, then one per purchase
+    assert search["body"]["gpu_name"] == {"in": ["RTX 4090"]}  # Vast's spaced name
+    (create,) = calls(env, "create_instance")
+    assert create["body"]["label"].startswith("gpujob-rtx4090-")
+    assert create["body"]["onstart"]
+    assert calls(env, "list_instances_v0") == []  # the v0 list answers 410 since 2026
+    assert calls(env, "list_instances_v1")
+    (inst,) = vast_instances(env)
+    assert inst["actual_status"] == "running"
+    down = gpujob("down", "--all")
+    assert down.exit_code == 0, down.stderr
+    assert calls(env, "destroy_instance")
+    assert vast_instances(env) == []
+
+
+def test_a_taken_offer_moves_to_the_next(env: RunningFake, gpujob: Callable) -> None:
+    env.control.fault(op="create_instance", status=404, body={
+        "success": False, "error": "invalid_args",
+        "msg": "error 404/3603: no_such_ask Instance type by id 1 is not available."})  # fmt: skip
+    result = gpujob("up", "h100", "--provider", "vast", "--yes")
+    assert result.exit_code == 0, result.stderr
+    asks = [(c["path"], c["status"]) for c in calls(env, "create_instance")]
+    assert [status for _, status in asks] == [404, 200]
+    assert asks[0][0] != asks[1][0]
+    assert len(calls(env, "search_offers")) == 3  # table, purchase, again after the refusal
+    assert gpujob("down", "--all").exit_code == 0
+    assert vast_instances(env) == []
+
+
+def test_invalid_key_is_vasts_message(
+    env: RunningFake, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VAST_API_KEY", "f" * 64)
+    result = gpujob("up", "rtx4090", "--provider", "vast", "--yes")
+    assert result.exit_code == 1
+    assert "vast: Invalid user key (auth_error)" in result.stderr
+    assert "f" * 64 not in result.stderr
+
+
+def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Callable) -> None:
+    from launcher.providers.base import parse_gpu_request
+    from launcher.providers.vast import Vast
+    from launcher.state.hosts import HostsDB, reconcile
+
+    vast = Vast()
+    offer = vast.offers(parse_gpu_request("rtx4090"))[0]
+    made = vast.launch(offer, "gpujob-stranger", "ssh-ed25519 AAAAC3Nza other")
+    found = reconcile(vast, HostsDB())
+    assert [(i.name, i.id) for i in found.unknown] == [("gpujob-stranger", made.id)]
+    vast.terminate(made.id)
+    vast.terminate(made.id)  # idempotent
+    assert vast_instances(env) == []
