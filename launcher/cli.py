@@ -37,6 +37,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
 @click.option("--detach", "-d", is_flag=True, help="Start the job and return its id.")
 @click.option("--job-id", help="Use this job id instead of a new one.")
+@click.option("--on", metavar="HOST", help="An SSH host: hosts.yaml name or user@addr[:port].")
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.jobs import SubmitOptions
@@ -87,6 +88,19 @@ def cancel(job: str, grace: float, dry_run: bool) -> None:
     from launcher.jobs import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(host: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND on HOST (gpujob ssh HOST -- CMD ...), or log in when no COMMAND is given.
+
+    HOST is a hosts.yaml name or user@addr[:port]; its key is pinned like `submit --on`'s.
+    """
+    from launcher.hostshell import ssh_command
+
+    sys.exit(ssh_command(host, list(command)))
 
 
 @cli.command()

@@ -11,7 +11,7 @@ import secrets as random
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from launcher.errors import GpujobError, UsageError
@@ -33,6 +33,7 @@ class SubmitOptions:
     as_json: bool = False
     detach: bool = False
     job_id: str | None = None
+    on: str | None = None
 
 
 def new_job_id(name: str) -> str:
@@ -43,7 +44,6 @@ def submit(options: SubmitOptions) -> int:
     from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
     from launcher.plan.build import JOB_ID, Sources, build_plan
     from launcher.plan.show import plan_json, plan_text
-    from launcher.providers.local import local_connections, local_target
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_job_spec
 
@@ -56,7 +56,7 @@ def submit(options: SubmitOptions) -> int:
         image = load_image_definition(spec.image, loaded.path.parent)
     except UsageError as err:
         raise UsageError(f"{loaded.where('image')}: image: {err.message}", err.hint) from None
-    target = local_target(spec, image)
+    target, connections, host_records = _placement(options, spec, image)
     job_id = options.job_id or new_job_id(spec.name)
     if not JOB_ID.match(job_id):
         raise UsageError(
@@ -73,24 +73,57 @@ def submit(options: SubmitOptions) -> int:
     if options.dry_run:
         sys.stdout.write(plan_json(plan) if options.as_json else plan_text(plan))
         return 0
+    try:
+        return _start(options, plan, loaded, connections, host_records)
+    finally:
+        for conn in connections.values():
+            conn.close()
 
+
+def _placement(options: SubmitOptions, spec: Any, image: Any) -> tuple[Any, dict[str, Any], Any]:
+    """Where the job runs: this machine, or the `--on` host (contacted once for its $HOME
+    and python3 version, except in a dry run, which contacts nothing)."""
+    if options.on is None:
+        from launcher.providers.local import local_connections, local_target
+
+        target = local_target(spec, image)
+        return target, dict(local_connections()), list(target.hosts)
+    from launcher.providers import ssh as ssh_hosts
+
+    entry = ssh_hosts.resolve_host(options.on)
+    if options.dry_run:
+        return ssh_hosts.ssh_target(spec, image, entry, "~", "?"), {}, []
+    conn = ssh_hosts.connect(entry)
+    try:
+        home, python = ssh_hosts.host_facts(conn)
+        target = ssh_hosts.ssh_target(spec, image, entry, home, python)
+    except BaseException:
+        conn.close()
+        raise
+    return target, {entry.name: conn}, [entry.to_record()] * spec.nodes
+
+
+def _start(
+    options: SubmitOptions, plan: Any, loaded: Any, connections: dict[str, Any], hosts: list[str]
+) -> int:
     from launcher.runtime.apply import apply_plan
+
+    spec, job_id = loaded.spec, plan.job_id
 
     db = StateDB()
     if db.job(job_id) is not None and db.job(job_id).id == job_id:  # type: ignore[union-attr]
         raise UsageError(f"job id {job_id} is taken", "leave out --job-id to get a new one")
     say(f"job {job_id}: {spec.name}, {plan.world_size} rank(s) on {plan.provider}")
-    connections = local_connections()
     db.add_job(
         JobRecord(
             id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
-            runtime=plan.runtime, hosts=[n.host for n in plan.nodes], node_dirs=plan.node_dirs,
+            runtime=plan.runtime, hosts=hosts, node_dirs=plan.node_dirs,
             state="starting", exit_code=None, created_at=time.time(), ended_at=None,
             last_line=None,
         )
     )  # fmt: skip
     try:
-        apply_plan(plan, dict(connections), say)
+        apply_plan(plan, connections, say)
     except BaseException:
         db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
         raise
@@ -99,7 +132,7 @@ def submit(options: SubmitOptions) -> int:
         say(f"detached; follow it with: gpujob logs {job_id} -f")
         print(job_id)
         return 0
-    return logs(job_id, follow=True)
+    return logs(job_id, follow=True, connections=_job_connections(db.job(job_id), connections))
 
 
 def _secret_values(loaded: Any) -> dict[str, str]:
@@ -122,15 +155,61 @@ def _job_or_fail(db: StateDB, reference: str) -> JobRecord:
     return job
 
 
-def logs(reference: str, *, follow: bool, node: int | None = None, tail: int | None = None) -> int:
-    from launcher.providers.local import local_connections
-    from launcher.runtime.logs import NodeStream, follow_logs, job_exit_code
+def _job_connections(job: JobRecord | None, opened: dict[str, Any] | None = None) -> list[Any]:
+    """One Connection per node, in rank order, shared by the nodes of one host."""
+    assert job is not None
+    if job.provider != "ssh":
+        from launcher.providers.local import local_connections
 
+        local = local_connections()
+        return [local[host] for host in job.hosts]
+    from launcher.providers import ssh as ssh_hosts
+
+    by_host = dict(opened or {})
+    conns = []
+    for record in job.hosts:
+        entry = ssh_hosts.HostEntry.from_record(record)
+        if entry.name not in by_host:
+            by_host[entry.name] = ssh_hosts.connect(entry)
+        conns.append(by_host[entry.name])
+    return conns
+
+
+def _close_all(conns: list[Any]) -> None:
+    for conn in {id(c): c for c in conns}.values():
+        conn.close()
+
+
+def logs(
+    reference: str,
+    *,
+    follow: bool,
+    node: int | None = None,
+    tail: int | None = None,
+    connections: list[Any] | None = None,
+) -> int:
     db = StateDB()
     job = _job_or_fail(db, reference)
-    connections = local_connections()
+    conns = connections or _job_connections(job)
+    try:
+        return _logs(db, job, conns, follow=follow, node=node, tail=tail)
+    finally:
+        _close_all(conns)
+
+
+def _logs(
+    db: StateDB,
+    job: JobRecord,
+    conns: list[Any],
+    *,
+    follow: bool,
+    node: int | None,
+    tail: int | None,
+) -> int:
+    from launcher.runtime.logs import NodeStream, follow_logs, job_exit_code
+
     streams = [
-        NodeStream(rank=rank, node_dir=node_dir, connection=connections[job.hosts[rank]])
+        NodeStream(rank=rank, node_dir=node_dir, connection=conns[rank])
         for rank, node_dir in enumerate(job.node_dirs)
         if node is None or rank == node
     ]
@@ -179,8 +258,11 @@ def _tail_offset(stream: Any, lines: int) -> int:
 
 
 def _log_size(stream: Any) -> int:
-    path = Path(stream.node_dir) / "job.log"
-    return path.stat().st_size if path.exists() else 0
+    path = f"{stream.node_dir}/job.log"
+    if stream.connection.host == "local":
+        return Path(path).stat().st_size if Path(path).exists() else 0
+    result = stream.connection.run(["stat", "-c", "%s", path])
+    return int(result.stdout.strip()) if result.ok else 0
 
 
 def _job_state(streams: list[Any]) -> str:
@@ -199,13 +281,14 @@ def _final_line(stream: Any) -> str | None:
 
 
 def status_rows(limit: int = 20) -> list[dict[str, Any]]:
-    """Jobs, newest first, refreshed from their agents' status files (cheap: local reads)."""
+    """Jobs, newest first, refreshed from their agents (local reads; one SSH command per node
+    of a remote job that has not ended; an unreachable host leaves the recorded state)."""
     db = StateDB()
     rows = []
     for job in db.jobs(limit):
         state, code = job.state, job.exit_code
-        if not job.terminal and job.provider == "local":
-            state, code = _refresh_local(db, job)
+        if not job.terminal:
+            state, code = _refresh(db, job)
         runtime_s = (job.ended_at or time.time()) - job.created_at
         rows.append(
             {
@@ -217,10 +300,28 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
-def _refresh_local(db: StateDB, job: JobRecord) -> tuple[str, int | None]:
-    from launcher.agent.agent import status_of
+def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
+    if job.provider == "local":
+        from launcher.agent.agent import status_of
 
-    statuses = [status_of(Path(node_dir)) for node_dir in job.node_dirs]
+        return [status_of(Path(node_dir)) for node_dir in job.node_dirs]
+    import json
+
+    conns = _job_connections(job)
+    try:
+        results = [conn.run(_agent_argv(job, node_dir, "status")) for conn, node_dir
+                   in zip(conns, job.node_dirs, strict=True)]  # fmt: skip
+        return [json.loads(r.stdout) for r in results] if all(r.ok for r in results) else None
+    except (GpujobError, ValueError):
+        return None
+    finally:
+        _close_all(conns)
+
+
+def _refresh(db: StateDB, job: JobRecord) -> tuple[str, int | None]:
+    statuses = _node_statuses(job)
+    if statuses is None:
+        return job.state, job.exit_code
     states = [s.get("state") for s in statuses]
     for state in ("lost", "failed", "cancelled", "running", "starting", "succeeded"):
         if state in states:
@@ -231,27 +332,31 @@ def _refresh_local(db: StateDB, job: JobRecord) -> tuple[str, int | None]:
     return job.state, job.exit_code
 
 
+def _agent_argv(job: JobRecord, node_dir: str, *args: str) -> list[str]:
+    """The agent runs with the host's python3 on SSH hosts, with this Python locally."""
+    python = sys.executable if job.provider == "local" else "python3"
+    agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
+    return [python, agent, args[0], node_dir, *args[1:]]
+
+
 def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
     db = StateDB()
     job = _job_or_fail(db, reference)
-    commands = [
-        [sys.executable, str(Path(node_dir).parent / "gpujob-agent.py"), "cancel", node_dir,
-         f"{grace_s:g}"]
-        for node_dir in job.node_dirs
-    ]  # fmt: skip
+    commands = [_agent_argv(job, node_dir, "cancel", f"{grace_s:g}") for node_dir in job.node_dirs]
     if dry_run:
         import shlex
 
         for argv in commands:
             print(shlex.join(argv))
         return 0
-    from launcher.remote.local import LocalConnection
-
-    conn = LocalConnection()
-    for rank, argv in enumerate(commands):
-        result = conn.run(argv)
-        if not result.ok:
-            raise GpujobError(f"node {rank}: cancel failed: {result.stderr.strip()}")
+    conns = _job_connections(job)
+    try:
+        for rank, argv in enumerate(commands):
+            result = conns[rank].run(argv)
+            if not result.ok:
+                raise GpujobError(f"node {rank}: cancel failed: {result.stderr.strip()}")
+    finally:
+        _close_all(conns)
     db.update_job(job.id, "cancelled")
     say(f"job {job.id} cancelled")
     return 0

@@ -1,0 +1,173 @@
+"""Static SSH hosts: machines you already have, named in hosts.yaml or given as user@addr[:port].
+
+hosts.yaml (`~/.config/gpujob/hosts.yaml`, or `$GPUJOB_HOSTS_FILE`):
+
+    hosts:
+      - {name: gpu1, address: 203.0.113.7, port: 22, user: ubuntu, key: ~/.ssh/lambda}
+
+A job record keeps the host as a JSON string (`HostEntry.to_record`), so `logs`, `status`
+and `cancel` reach the same machine later without the hosts file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import GpujobError, UsageError
+from launcher.plan.model import Target
+from launcher.spec.image import ImageDefinition
+from launcher.spec.job import JobSpec
+from launcher.state.db import state_dir
+
+PROVIDER = "ssh"
+USER_AT = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<address>[^@\s:\[\]]+|\[[0-9a-fA-F:]+\])"
+                     r"(?::(?P<port>\d{1,5}))?$")  # fmt: skip
+FIELDS = ("name", "address", "port", "user", "key")
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    name: str
+    address: str
+    port: int | None = None
+    user: str | None = None
+    key: str | None = None
+
+    def to_record(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
+
+    @classmethod
+    def from_record(cls, text: str) -> HostEntry:
+        return cls(**json.loads(text))
+
+
+def hosts_file() -> Path:
+    override = os.environ.get("GPUJOB_HOSTS_FILE")
+    return Path(override) if override else Path.home() / ".config" / "gpujob" / "hosts.yaml"
+
+
+def known_hosts_file() -> Path:
+    """gpujob's own pins, never the user's ~/.ssh/known_hosts."""
+    return state_dir() / "known_hosts"
+
+
+def parse_hosts(text: str, where: str) -> dict[str, HostEntry]:
+    """hosts.yaml's entries by name; every mistake is a one-line UsageError naming the entry."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise UsageError(f"{where}: not YAML: {err}".splitlines()[0]) from None
+    entries = data.get("hosts") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise UsageError(f"{where}: expected `hosts:` with a list of hosts", _HOSTS_HINT)
+    hosts: dict[str, HostEntry] = {}
+    for index, raw in enumerate(entries):
+        at = f"{where}: hosts[{index}]"
+        if not isinstance(raw, dict):
+            raise UsageError(f"{at}: expected a mapping", _HOSTS_HINT)
+        unknown = sorted(set(raw) - set(FIELDS))
+        if unknown:
+            raise UsageError(f"{at}: unknown field(s) {', '.join(unknown)}", _HOSTS_HINT)
+        for field in ("name", "address"):
+            if not isinstance(raw.get(field), str) or not raw[field].strip():
+                raise UsageError(f"{at}: `{field}` is required (a string)", _HOSTS_HINT)
+        port = raw.get("port")
+        if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
+            raise UsageError(f"{at}: port: {port!r} is not a port number (1-65535)")
+        name = raw["name"]
+        if name in hosts:
+            raise UsageError(f"{at}: the name {name!r} is used twice")
+        key = raw.get("key")
+        hosts[name] = HostEntry(
+            name=name,
+            address=raw["address"],
+            port=port,
+            user=raw.get("user"),
+            key=os.path.expanduser(str(key)) if key else None,
+        )
+    return hosts
+
+
+_HOSTS_HINT = "entries are {name, address, port, user, key}; only name and address are required"
+
+
+def parse_user_at(text: str) -> HostEntry | None:
+    """`user@addr[:port]`, `addr:port` or `addr`; None when it is not of that shape."""
+    match = USER_AT.match(text)
+    if match is None:
+        return None
+    port = int(match["port"]) if match["port"] else None
+    if port is not None and not 0 < port < 65536:
+        raise UsageError(f"--on {text}: {port} is not a port number (1-65535)")
+    return HostEntry(name=text, address=match["address"].strip("[]"), port=port,
+                     user=match["user"])  # fmt: skip
+
+
+def resolve_host(on: str) -> HostEntry:
+    """A hosts.yaml name first; else `user@addr[:port]` (addr may be a ~/.ssh/config alias)."""
+    path = hosts_file()
+    if path.is_file():
+        hosts = parse_hosts(path.read_text(), str(path))
+        if on in hosts:
+            return hosts[on]
+    entry = parse_user_at(on)
+    if entry is None:
+        raise UsageError(
+            f"--on {on}: not a host in {path} nor of the form user@address[:port]",
+            f"add it to {path} or give user@address",
+        )
+    return entry
+
+
+def connect(entry: HostEntry) -> Any:
+    """An SSHConnection (not opened yet: it opens on first use)."""
+    from launcher.remote.ssh import SSHConnection, resolve_endpoint
+
+    endpoint = resolve_endpoint(entry.address, user=entry.user, port=entry.port, key=entry.key)
+    return SSHConnection(entry.name, endpoint, known_hosts_file())
+
+
+def host_facts(conn: Any) -> tuple[str, str]:
+    """The host's $HOME and python3 version, in one command."""
+    probe = 'echo "$HOME"; python3 -c "import sys; print(*sys.version_info[:2], sep=\'.\')"'
+    result = conn.run(["sh", "-c", probe])
+    lines = result.stdout.split()
+    if not result.ok or len(lines) != 2:
+        raise GpujobError(
+            f"{conn.host}: cannot read $HOME and the python3 version "
+            f"(exit {result.exit_code}): {result.stderr.strip()[-200:]}",
+            "the host needs python3 on its PATH (the agent runs with it)",
+        )
+    return lines[0], lines[1]
+
+
+def ssh_target(
+    spec: JobSpec, image: ImageDefinition | None, entry: HostEntry, home: str, python: str
+) -> Target:
+    """Every node on the one host, bare runtime, under the user's home on the host.
+
+    `home` is `~` in a dry run (nothing is contacted), the host's real $HOME otherwise.
+    """
+    if image is not None and python != "?" and image.python != python:
+        raise UsageError(
+            f"image {image.name} is for Python {image.python} but {entry.name} runs {python}",
+            "use `--set image=host` to run with the host's own Python environment",
+        )
+    return Target(
+        provider=PROVIDER,
+        runtime="bare",
+        hosts=(entry.name,) * spec.nodes,
+        addresses=(entry.address,) * spec.nodes,
+        job_root=f"{home}/.gpujob/jobs",
+        python="python3",
+        agent_python="python3",
+        env_root=f"{home}/.cache/gpujob/envs",
+        gpus_per_node=spec.resources.gpus_per_node,
+    )

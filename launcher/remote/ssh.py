@@ -1,0 +1,326 @@
+"""The Connection to a host over SSH: one paramiko transport per host, reused for a command.
+
+Only this module touches paramiko, and only inside functions, so `gpujob --help` never loads
+it. The transport is opened by hand (socket, key exchange, then our own host key check, then
+authentication) so a changed host key is refused before any credential is offered. Commands
+are literal argv joined with `shlex.join`; the remote shell sees them quoted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shlex
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from launcher.errors import GpujobError
+from launcher.remote.base import Result
+from launcher.remote.hostkeys import KnownHosts, host_id
+from launcher.remote.ignore import shipped_files
+
+KEEPALIVE_S = 15
+CONNECT_TIMEOUT_S = 10
+REFUSED_PATIENCE_S = 60
+READ_ATTEMPTS = 6
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
+
+
+class ConnectionLost(Exception):
+    """The transport died under a command: its output is incomplete and must not be used."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where to connect and as whom, after `~/.ssh/config` has had its say."""
+
+    alias: str
+    address: str
+    port: int
+    user: str
+    keys: tuple[str, ...]
+
+    @property
+    def host_id(self) -> str:
+        return host_id(self.address, self.port)
+
+
+def ssh_config_path() -> Path:
+    return Path(os.environ.get("GPUJOB_SSH_CONFIG", Path.home() / ".ssh" / "config"))
+
+
+def resolve_endpoint(
+    alias: str,
+    *,
+    user: str | None = None,
+    port: int | None = None,
+    key: str | None = None,
+    config_path: Path | None = None,
+) -> Endpoint:
+    """Explicit values win over `~/.ssh/config` (HostName, User, Port, IdentityFile), which
+    wins over the defaults (port 22, the local user, ~/.ssh/id_*), as with OpenSSH."""
+    import paramiko
+
+    path = config_path or ssh_config_path()
+    found: dict[str, Any] = {}
+    if path.is_file():
+        found = paramiko.SSHConfig.from_path(str(path)).lookup(alias)
+    keys = [key] if key else list(found.get("identityfile", []))
+    if not keys:
+        keys = [str(Path.home() / ".ssh" / name) for name in DEFAULT_KEYS]
+    return Endpoint(
+        alias=alias,
+        address=found.get("hostname", alias),
+        port=int(port or found.get("port", 22)),
+        user=user or found.get("user") or _local_user(),
+        keys=tuple(os.path.expanduser(k) for k in keys),
+    )
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+class SSHConnection:
+    """A host over SSH; connects on first use and again, transparently, in `read_log`."""
+
+    def __init__(self, host: str, endpoint: Endpoint, known_hosts: Path) -> None:
+        self.host = host
+        self.endpoint = endpoint
+        self.known_hosts = KnownHosts(known_hosts)
+        self._transport: Any = None
+        self._sftp: Any = None
+        self._made_dirs: set[str] = set()
+
+    # -- connecting -------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the transport if it is not open; refused connections are retried with backoff
+        (a host that is still booting), anything else fails at once."""
+        if self._transport is not None and self._transport.is_active():
+            return
+        self._drop()
+        import paramiko
+        from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+        @retry(
+            retry=retry_if_exception_type(ConnectionRefusedError),
+            wait=wait_exponential(multiplier=0.2, max=3),
+            stop=stop_after_delay(REFUSED_PATIENCE_S),
+            reraise=True,
+        )
+        def dial() -> socket.socket:
+            return socket.create_connection(
+                (self.endpoint.address, self.endpoint.port), timeout=CONNECT_TIMEOUT_S
+            )
+
+        where = f"{self.endpoint.user}@{self.endpoint.host_id}"
+        try:
+            sock = dial()
+        except OSError as err:
+            raise GpujobError(
+                f"cannot reach {where}: {err.strerror or err}",
+                "check the address and port, and that sshd runs on the host",
+            ) from None
+        transport = paramiko.Transport(sock)
+        try:
+            transport.start_client(timeout=CONNECT_TIMEOUT_S)
+            key = transport.get_remote_server_key()
+            self.known_hosts.check(self.endpoint.host_id, key.get_name(), key.get_base64())
+            self._authenticate(transport, where)
+        except BaseException:
+            transport.close()
+            raise
+        transport.set_keepalive(KEEPALIVE_S)
+        self._transport = transport
+
+    def _authenticate(self, transport: Any, where: str) -> None:
+        import paramiko
+
+        tried = []
+        for path in self.endpoint.keys:
+            if not Path(path).is_file():
+                continue
+            tried.append(path)
+            try:
+                pkey = paramiko.PKey.from_path(path)
+                transport.auth_publickey(self.endpoint.user, pkey)
+                return
+            except (paramiko.AuthenticationException, paramiko.SSHException, ValueError):
+                continue
+        with contextlib.suppress(paramiko.SSHException):
+            for pkey in paramiko.Agent().get_keys():
+                tried.append("ssh-agent")
+                try:
+                    transport.auth_publickey(self.endpoint.user, pkey)
+                    return
+                except paramiko.AuthenticationException:
+                    continue
+        raise GpujobError(
+            f"{where} accepted none of the keys tried ({', '.join(tried) or 'none found'})",
+            "give the host's key as `key:` in hosts.yaml or IdentityFile in ~/.ssh/config",
+        )
+
+    def _drop(self) -> None:
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.close()
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                self._transport.close()
+        self._transport = self._sftp = None
+        self._made_dirs.clear()
+
+    def close(self) -> None:
+        self._drop()
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
+        code, out, err = self._exec(shlex.join(argv), stream=stream)
+        return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def _exec(self, command: str, *, stream: bool = False) -> tuple[int, bytes, bytes]:
+        """Run `command`, reading stdout and stderr together so neither pipe fills and stalls.
+        Raises ConnectionLost when the transport dies before the exit status arrives."""
+        import paramiko
+
+        self.connect()
+        try:
+            channel = self._transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            raise ConnectionLost(str(err)) from None
+        out, err_bytes = bytearray(), bytearray()
+        with channel:
+            while True:
+                select.select([channel], [], [], 1.0)
+                while channel.recv_ready():
+                    out += channel.recv(1 << 20)
+                while channel.recv_stderr_ready():
+                    chunk = channel.recv_stderr(1 << 20)
+                    err_bytes += chunk
+                    if stream:
+                        sys.stderr.buffer.write(chunk)
+                        sys.stderr.flush()
+                if channel.recv_ready() or channel.recv_stderr_ready():
+                    continue
+                if channel.exit_status_ready():
+                    break
+                if channel.closed or not self._transport.is_active():
+                    raise ConnectionLost(f"connection to {self.host} dropped")
+            return channel.recv_exit_status(), bytes(out), bytes(err_bytes)
+
+    # -- files ------------------------------------------------------------------------------
+
+    def _sftp_client(self) -> Any:
+        import paramiko
+
+        self.connect()
+        if self._sftp is None:
+            self._sftp = paramiko.SFTPClient.from_transport(self._transport)
+        return self._sftp
+
+    def _makedirs(self, folder: str) -> None:
+        sftp = self._sftp_client()
+        missing = []
+        path = PurePosixPath(folder)
+        while str(path) not in self._made_dirs and str(path) != path.root:
+            try:
+                sftp.stat(str(path))
+                break
+            except FileNotFoundError:
+                missing.append(str(path))
+                path = path.parent
+        for name in reversed(missing):
+            with contextlib.suppress(OSError):  # made meanwhile by a concurrent node
+                sftp.mkdir(name)
+        self._made_dirs.add(folder)
+
+    def put(self, path: str, content: bytes, mode: int) -> None:
+        """A temp file in the same folder gets its mode before its first byte, then is renamed
+        over the target (posix-rename@openssh.com), so a reader never sees half a file."""
+        sftp = self._sftp_client()
+        target = PurePosixPath(path)
+        self._makedirs(str(target.parent))
+        tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"))
+        try:
+            with sftp.open(tmp, "wb") as handle:
+                handle.chmod(mode)
+                handle.write(content)
+            sftp.posix_rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+            raise
+
+    def put_file(self, source: str, path: str, mode: int) -> None:
+        self.put(path, Path(source).read_bytes(), mode)
+
+    def sync_dir(self, source: str, path: str, excludes: tuple[str, ...]) -> int:
+        """Ship what differs in size or mtime (whole seconds, as SFTP keeps them) from one
+        `find` listing of the host's copy; shipped files keep their mtime and mode."""
+        have = self._remote_listing(path)
+        src = Path(source)
+        sftp = self._sftp_client()
+        sent = 0
+        for rel in shipped_files(src, excludes):
+            stat = (src / rel).stat()
+            if have.get(rel) == (stat.st_size, int(stat.st_mtime)):
+                continue
+            target = f"{path}/{rel}"
+            self._makedirs(str(PurePosixPath(target).parent))
+            sftp.put(str(src / rel), target)
+            sftp.chmod(target, stat.st_mode & 0o777)
+            sftp.utime(target, (int(stat.st_atime), int(stat.st_mtime)))
+            sent += 1
+        return sent
+
+    def _remote_listing(self, path: str) -> dict[str, tuple[int, int]]:
+        script = 'if [ -d "$1" ]; then find "$1" -type f -printf "%s %T@ %P\\0"; fi'
+        code, out, err = self._exec(shlex.join(["sh", "-c", script, "sh", path]))
+        if code != 0:
+            raise GpujobError(f"{self.host}: cannot list {path}: {err.decode().strip()}")
+        listing = {}
+        for entry in out.split(b"\0"):
+            if entry:
+                size, mtime, rel = entry.decode(errors="surrogateescape").split(" ", 2)
+                listing[rel] = (int(size), int(float(mtime)))
+        return listing
+
+    # -- logs -------------------------------------------------------------------------------
+
+    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
+        """The agent's `read` on the host; the offset is ours, so after a dropped connection
+        the same read is simply asked again on a new one: nothing lost, nothing twice."""
+        import json
+
+        agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
+        command = shlex.join(["python3", agent, "read", node_dir, str(offset)])
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                code, data, err = self._exec(command)
+            except ConnectionLost:
+                self._drop()
+                continue
+            lines = err.decode(errors="replace").strip().splitlines()
+            try:
+                status = json.loads(lines[-1])
+            except (IndexError, ValueError):
+                status = None
+            if code == 0 and status is not None and status.get("offset") == offset + len(data):
+                return data, status
+            if attempt == READ_ATTEMPTS - 1:
+                raise GpujobError(
+                    f"{self.host}: the agent could not read {node_dir}/job.log "
+                    f"(exit {code}): {' '.join(lines[-1:])}"
+                )
+            self._drop()  # a torn read: ask again from the same offset on a new connection
+        raise GpujobError(f"lost the connection to {self.host} {READ_ATTEMPTS} times in a row")

@@ -1,0 +1,356 @@
+"""Jobs on an SSH host through the real CLI, real paramiko and a lab host's real sshd.
+
+The host runs the job bare, in an environment gpujob itself builds there from
+images/lab-cpu.yaml with the host's python3 (`python3 -m venv` + `pip install -r`), as on any
+SSH host. The only help the host gets is a pip.conf on its own disk pointing pip at the lab's
+wheelhouse (`pip download` of the same pins, made once on this machine), the way a real
+host is pointed at a mirror; the first job of a session builds the environment (about 50 s),
+the later ones find it ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+IMAGE = str(REPO / "images" / "lab-cpu.yaml")
+HOST = "gjlab-ssh"
+TOOLS = ("ip", "sshd", "nsenter", "unshare", "ssh-keygen")
+
+
+@dataclass(frozen=True)
+class SSHHost:
+    lab: object  # infra.lab.LabHost
+    hosts_file: Path
+
+    @property
+    def root(self) -> Path:
+        """The host's /root as a folder of this machine (its "disk")."""
+        from infra.lab import boot
+
+        return boot.host_dir(self.lab.name) / "root"
+
+    def job_log(self, job_id: str) -> bytes:
+        return (self.root / ".gpujob" / "jobs" / job_id / "node-0" / "job.log").read_bytes()
+
+
+def _missing() -> str | None:
+    import shutil
+
+    if os.geteuid() != 0:
+        return "the lab needs root (network namespaces, sshd)"
+    search = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
+    absent = [tool for tool in TOOLS if shutil.which(tool, path=search) is None]
+    return f"missing {', '.join(absent)}: run `bash infra/install-deps.sh`" if absent else None
+
+
+@pytest.fixture(scope="session")
+def ssh_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHost]:
+    """One lab host with sshd only (no dockerd), removed at the end with the bridge if this
+    session made it."""
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    import infra.lab
+    from infra.lab import job_image, network, state
+
+    bridge_was_up = network.link_exists(state.BRIDGE)
+    house = _wheelhouse(job_image, state.lab_dir() / "wheelhouse" / "lab-cpu")
+    try:
+        host = infra.lab.create_host(HOST)
+        pip_conf = SSHHost(host, Path()).root / ".config" / "pip" / "pip.conf"
+        pip_conf.parent.mkdir(parents=True, exist_ok=True)
+        pip_conf.write_text(f"[global]\nno-index = true\nfind-links = {house / 'wheels'}\n")
+        hosts_file = tmp_path_factory.mktemp("hosts") / "hosts.yaml"
+        hosts_file.write_text(
+            f"hosts:\n  - {{name: lab, address: {host.address}, user: root,"
+            f" key: {infra.lab.user_key()}}}\n"
+        )
+        yield SSHHost(host, hosts_file)
+    finally:
+        infra.lab.destroy_host(HOST)
+        if not bridge_was_up and not state.read_state()["hosts"]:
+            network.remove_bridge()
+
+
+def _wheelhouse(job_image, folder: Path) -> Path:
+    """The lab's wheelhouse of the image's pins; `pip download` only when it is incomplete
+    (it costs about 25 s even when every wheel is there)."""
+    pins = job_image.pins()
+    listed = folder / "requirements.txt"
+    wheels = list((folder / "wheels").glob("*.whl")) if (folder / "wheels").is_dir() else []
+    if (
+        listed.is_file()
+        and listed.read_text() == "\n".join(pins) + "\n"
+        and len(wheels) >= len(pins)
+    ):
+        return folder
+    return job_image.wheelhouse(pins, folder)
+
+
+@pytest.fixture
+def env(tmp_path: Path, ssh_host: SSHHost) -> dict[str, str]:
+    """A private state dir (so a private known_hosts: every test pins on first contact)."""
+    return dict(
+        os.environ,
+        GPUJOB_STATE_DIR=str(tmp_path / "state"),
+        GPUJOB_HOSTS_FILE=str(ssh_host.hosts_file),
+    )
+
+
+def gpujob(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([GPUJOB, *args], env=env, capture_output=True, timeout=timeout)
+
+
+def write_job(folder: Path, program: str) -> Path:
+    work = folder / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prog.py").write_text(program)
+    spec = folder / "job.yaml"
+    spec.write_text(
+        f"name: tiny\nimage: {IMAGE}\nworkdir: work\nrun:\n  entrypoint: prog.py\n"
+        "  nproc_per_node: 1\n"
+    )
+    return spec
+
+
+def status_of(env: dict[str, str], job_id: str) -> dict:
+    done = gpujob(env, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    return next(row for row in json.loads(done.stdout) if row["id"] == job_id)
+
+
+def test_a_job_on_a_host_exits_with_its_code_and_streams_its_log_byte_for_byte(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    program = (
+        "import sys\nfor i in range(2000):\n    print(f'line {i} \\u00e9\\t', flush=i % 7 == 0)\n"
+        "sys.stdout.write('no newline at the end')\n"
+    )
+    spec = write_job(tmp_path / "ok", program)
+    done = gpujob(env, "submit", str(spec), "--on", "lab", "--job-id", "remote-ok", timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout == ssh_host.job_log("remote-ok")
+    assert b"line 1999 \xc3\xa9\t\n" in done.stdout
+    assert status_of(env, "remote-ok")["state"] == "succeeded"
+    again = gpujob(env, "logs", "remote-ok")
+    assert again.returncode == 0 and again.stdout == done.stdout
+    tail = gpujob(env, "logs", "remote-ok", "--tail", "2")
+    assert tail.stdout.decode().splitlines() == done.stdout.decode().splitlines()[-2:]
+
+    failing = write_job(
+        tmp_path / "bad", "print('about to fail', flush=True)\nraise SystemExit(3)\n"
+    )
+    failed = gpujob(env, "submit", str(failing), "--on", "lab", "--job-id", "remote-bad")
+    assert failed.returncode == 1  # torchrun's own exit status for a failed worker
+    assert failed.stdout == ssh_host.job_log("remote-bad")
+    assert b"about to fail" in failed.stdout
+    assert status_of(env, "remote-bad")["state"] == "failed"
+
+
+def test_the_log_survives_ten_dropped_connections_byte_for_byte(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    """sshd's processes for gpujob's connection are killed on the host, 10 times, while
+    `logs -f` streams a 100,000-line job: the stream still equals the host's file."""
+    program = (
+        "import time\nfor i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 40)\n"
+        "    if i % 2000 == 0:\n        time.sleep(0.3)\nprint('end', flush=True)\n"
+    )
+    spec = write_job(tmp_path, program)
+    started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "long")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    follow = subprocess.Popen(
+        [GPUJOB, "logs", "long", "-f"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    killed: list[int] = []
+    cutter = threading.Thread(target=_cut_connections, args=(ssh_host, killed, 10, follow))
+    cutter.start()
+    out, err = follow.communicate(timeout=240)
+    cutter.join()
+    assert follow.returncode == 0, err.decode()[-2000:]
+    assert len(set(killed)) >= 10, killed
+    host_log = ssh_host.job_log("long")
+    assert host_log.count(b"\nline ") == 100_000 and host_log.endswith(b"end\n")
+    assert out == host_log
+
+
+def _cut_connections(
+    host: SSHHost, killed: list[int], times: int, client: subprocess.Popen
+) -> None:
+    """SIGKILL, by pid, the sshd processes serving the client's connection (the children of
+    the host's listening sshd), each time a new connection has come up."""
+    from infra.lab import state
+
+    listener = state.read_state()["hosts"][host.lab.name]["sshd"]["pid"]
+    deadline = time.monotonic() + 180
+    while len(killed) < times and time.monotonic() < deadline and client.poll() is None:
+        sessions = [p for p in _children(listener) if p not in killed]
+        if not sessions:
+            time.sleep(0.05)
+            continue
+        time.sleep(0.4)  # let the client stream a little on this connection first
+        for pid in sessions:
+            tree = [pid, *[p for p in _descendants(pid) if _comm(p).startswith("sshd")]]
+            for target in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(target, signal.SIGKILL)
+            killed.append(pid)
+        time.sleep(0.3)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[-1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    children = _children(pid)
+    return children + [d for child in children for d in _descendants(child)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_a_changed_host_key_is_refused_with_both_fingerprints(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key_type, key = Path(f"{other}.pub").read_text().split()[:2]
+    pins = Path(env["GPUJOB_STATE_DIR"]) / "known_hosts"
+    pins.parent.mkdir(parents=True)
+    pins.write_text(f"{ssh_host.lab.address} {key_type} {key}\n")
+
+    done = gpujob(env, "ssh", "lab", "--", "touch", "/root/reached")
+    assert done.returncode == 1
+    stderr = done.stderr.decode()
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    for pub in (f"{other}.pub", ssh_host.lab.host_key_path):
+        assert _fingerprint(pub) in stderr
+    assert f"remove line 1 of {pins}" in stderr
+    assert not (ssh_host.root / "reached").exists()
+    assert pins.read_text() == f"{ssh_host.lab.address} {key_type} {key}\n"
+
+
+def _fingerprint(pub: str) -> str:
+    printed = subprocess.run(["ssh-keygen", "-lf", pub], capture_output=True, text=True)
+    return printed.stdout.split()[1]
+
+
+def test_a_refused_connection_is_retried_until_sshd_starts(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    import infra.lab
+
+    try:
+        late = infra.lab.create_host("gjlab-late")
+        infra.lab.kill_host_processes(late.name)  # the address answers, nothing listens
+        begun = time.monotonic()
+        client = subprocess.Popen(
+            [GPUJOB, "ssh", f"root@{late.address}", "--", "echo", "up"],
+            env=dict(env, GPUJOB_SSH_CONFIG=str(_ssh_config(tmp_path))),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        time.sleep(2)
+        assert client.poll() is None, client.communicate()
+        infra.lab.create_host(late.name)
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, err
+        assert out == b"up\n" and time.monotonic() - begun > 2
+    finally:
+        infra.lab.destroy_host("gjlab-late")
+
+
+def _ssh_config(folder: Path) -> Path:
+    """`--on user@addr` takes its key from ~/.ssh/config, as a user's would."""
+    import infra.lab
+
+    config = folder / "ssh_config"
+    config.write_text(f"Host 10.77.0.*\n  IdentityFile {infra.lab.user_key()}\n")
+    return config
+
+
+def test_a_sparse_gigabyte_in_gpujobignore_is_not_shipped(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    spec = write_job(tmp_path, "import os\nprint(sorted(os.listdir('.')), flush=True)\n")
+    work = tmp_path / "work"
+    with open(work / "big.bin", "wb") as big:
+        big.truncate(1 << 30)
+    (work / ".gpujobignore").write_text("big.bin\n")
+    (work / "data").mkdir()
+    (work / "data" / "small.txt").write_text("kept\n")
+    begun = time.monotonic()
+    done = gpujob(env, "submit", str(spec), "--on", "lab", "--job-id", "sparse")
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert time.monotonic() - begun < 60
+    assert b"shipped the workdir (3 file(s) changed)" in done.stderr
+    assert b"['.gpujobignore', 'data', 'prog.py']" in done.stdout
+    workdir = ssh_host.root / ".gpujob" / "jobs" / "sparse" / "workdir"
+    assert not (workdir / "big.bin").exists()
+    assert (workdir / "data" / "small.txt").read_text() == "kept\n"
+    assert int((workdir / "prog.py").stat().st_mtime) == int((work / "prog.py").stat().st_mtime)
+
+
+def test_cancel_stops_a_remote_job(tmp_path: Path, env: dict[str, str], ssh_host: SSHHost) -> None:
+    spec = write_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
+    started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "sleeper")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    node_dir = ssh_host.root / ".gpujob" / "jobs" / "sleeper" / "node-0"
+    wait_for(lambda: b"working" in (node_dir / "job.log").read_bytes())
+    assert status_of(env, "sleeper")["state"] == "running"
+    pid = json.loads((node_dir / "status.json").read_text())["pid"]
+    tree = [pid, *_descendants(pid)]
+    assert len(tree) >= 3  # run.sh -> torchrun -> the worker
+
+    cancelled = gpujob(env, "cancel", "sleeper", "--grace", "5")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert status_of(env, "sleeper")["state"] == "cancelled"
+    assert not [p for p in tree if _alive(p)]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
