@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from infra.lab import state
+from infra.lab import network, state
 from infra.lab.network import NETNS_DIR
 
 SSHD_CONFIG = """\
@@ -118,10 +118,41 @@ def dockerd_argv(name: str, sshd_pid: int | str) -> list[str]:
 def start_sshd(name: str, address: str) -> dict[str, Any]:
     log = host_dir(name) / "sshd.log"
     rec = state.spawn(sshd_argv(name), log)
-    state.wait_until(
-        lambda: _accepts(address, 22), f"sshd of {name}", timeout=15, log=log, daemon=rec
-    )
+    try:
+        state.wait_until(
+            lambda: _accepts(address, 22), f"sshd of {name}", timeout=30, log=log, daemon=rec
+        )
+    except state.LabError as error:
+        raise state.LabError(f"{error}\n{_wire_report(name, address)}") from None
     return rec
+
+
+def _wire_report(name: str, address: str) -> str:
+    """What the wire looked like when a host's sshd could not be reached: enough to tell a
+    missing address, a port off the bridge, a firewall rule or a starved machine apart."""
+    probes = [
+        ["ip", "-n", name, "-br", "addr"],
+        ["ip", "-br", "link", "show", "master", state.BRIDGE],
+        ["ip", "-br", "addr", "show", state.BRIDGE],
+        ["ip", "netns", "exec", name, "ss", "-ltn"],
+        ["iptables", "-S", "FORWARD"],
+        ["ip", "neigh", "show", address],
+        ["cat", "/proc/loadavg"],
+    ]
+    lines = []
+    for argv in probes:
+        try:
+            done = state.run(argv, check=False)
+        except OSError as error:
+            lines.append(f"$ {' '.join(argv)}\n{error}")
+            continue
+        lines.append(f"$ {' '.join(argv)}\n{(done.stdout + done.stderr).strip()}")
+    others = [n for n in network.lab_namespaces() if n != name]
+    for other in others:  # a second namespace holding the same address steals the packets
+        done = state.run(["ip", "-n", other, "-br", "addr"], check=False)
+        if address in done.stdout:
+            lines.append(f"!! {other} holds {address} too")
+    return "\n".join(lines)
 
 
 def start_dockerd(name: str, sshd_pid: int) -> dict[str, Any]:
@@ -146,8 +177,12 @@ def start_dockerd(name: str, sshd_pid: int) -> dict[str, Any]:
 
 
 def _accepts(address: str, port: int) -> bool:
+    """sshd sends its banner only after re-executing itself for the connection, which on a
+    loaded machine (two cores, a job training beside the tests) takes seconds: a short
+    banner timeout would fail every attempt for ever, so only the connect is quick."""
     try:
-        with socket.create_connection((address, port), timeout=0.5) as conn:
+        with socket.create_connection((address, port), timeout=1) as conn:
+            conn.settimeout(15)
             return conn.recv(4).startswith(b"SSH-")
     except OSError:
         return False
