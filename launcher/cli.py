@@ -151,7 +151,12 @@ def lab_env() -> None:
 
 
 @cli.command()
-@click.argument("gpu")
+@click.argument("gpu", required=False)
+@click.option(
+    "--host",
+    metavar="HOST",
+    help="Make a machine you have ready instead (hosts.yaml name or user@addr[:port]).",
+)
 @click.option(
     "--provider",
     type=click.Choice(["lambda", "vast"]),
@@ -177,11 +182,26 @@ def lab_env() -> None:
     show_default=True,
     help="Seconds to wait for SSH before giving up (and terminating).",
 )
-def up(**kwargs: Any) -> None:
-    """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2) and wait until SSH answers."""
-    from launcher.hosts_cmd import UpOptions
+@click.option("--allow-cpu", is_flag=True, help="Accept hosts without an NVIDIA GPU (lab, demos).")
+@click.option("--image", help="Job image to have on the host (pulled if missing).")
+@click.option("--json", "as_json", is_flag=True, help="With --host: the checks as JSON.")
+@click.option(
+    "--bootstrap/--no-bootstrap",
+    default=True,
+    show_default=True,
+    help="Check and fix the host after SSH answers.",
+)
+def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
+    """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2), wait for SSH, and make them ready:
+    GPU and driver, Docker, disk and /dev/shm, the agent, rclone, the job image."""
+    from launcher.errors import UsageError
+    from launcher.hosts_cmd import UpOptions, up_static
     from launcher.hosts_cmd import up as run_up
 
+    if host is not None:
+        sys.exit(up_static(host, UpOptions(gpu=kwargs.pop("gpu") or "", **kwargs), as_json))
+    if not kwargs["gpu"]:
+        raise UsageError("name a GPU (a100, h100:8) or a machine with --host", "gpujob up --help")
     sys.exit(run_up(UpOptions(**kwargs)))
 
 

@@ -8,17 +8,17 @@ to stdout. rich is imported inside the functions that draw.
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
+from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
 from launcher.errors import ExitCode, GpujobError, UsageError
 from launcher.providers.base import (
     TAG,
@@ -31,6 +31,7 @@ from launcher.providers.base import (
     no_offers,
     parse_gpu_request,
 )
+from launcher.remote.keys import public_key, user_key
 from launcher.state.hosts import HostsDB, reconcile
 
 
@@ -45,23 +46,13 @@ class UpOptions:
     yes: bool = False
     dry_run: bool = False
     timeout: float = 1200.0
+    allow_cpu: bool = False
+    image: str | None = None
+    bootstrap: bool = True
 
 
 def say(text: str) -> None:
     click.echo(f"gpujob: {text}", err=True)
-
-
-def public_key() -> str:
-    """`GPUJOB_SSH_KEY` (a private key path; its `.pub` is read) or the usual ~/.ssh keys."""
-    chosen = os.environ.get("GPUJOB_SSH_KEY")
-    names = [chosen] if chosen else [str(Path.home() / ".ssh" / n)
-                                     for n in ("id_ed25519", "id_ecdsa", "id_rsa")]  # fmt: skip
-    for name in names:
-        pub = Path(f"{name}.pub")
-        if pub.is_file():
-            return pub.read_text().strip()
-    raise UsageError(f"no SSH public key found ({', '.join(n + '.pub' for n in names)})",
-                     "create one with `ssh-keygen -t ed25519` or set GPUJOB_SSH_KEY")  # fmt: skip
 
 
 def offers_table(offers: list[Offer], shown: int = 10) -> None:
@@ -144,8 +135,11 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
         from launcher.providers.reach import wait_for_ssh
 
         wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
+        if options.bootstrap:
+            progress.update(task, description=f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}")
+            bootstrap_instance(provider, inst, options, progress.console.print, fresh=True)
         db.update(name, inst, status="running")
-        progress.update(task, description=f"{name}: running at {inst.ip}:{inst.ssh_port}")
+        progress.update(task, description=f"{name}: ready at {inst.ip}:{inst.ssh_port}")
         return inst
 
     try:
@@ -159,6 +153,67 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
     except BaseException:
         _undo(provider, names, made, db)
         raise
+
+
+def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:
+    return HostProfile(runtime="bare" if provider_runtime == "bare" else "docker",
+                       allow_cpu=options.allow_cpu, min_disk_gb=options.disk,
+                       image=options.image)  # fmt: skip
+
+
+def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
+                       report: Callable[[str], None], *, fresh: bool) -> Bootstrapped:  # fmt: skip
+    """Log in with the key registered at launch and make the host ready. A `fresh` instance's
+    address may have served an earlier machine: its old pin is dropped before the first
+    contact pins the new key (never on a later contact, where a change is refused)."""
+    from launcher.providers.ssh import HostEntry, connect, known_hosts_file
+    from launcher.remote.hostkeys import KnownHosts, host_id
+
+    port = int(inst.ssh_port or 22)
+    if fresh:
+        KnownHosts(known_hosts_file()).forget(host_id(str(inst.ip), port))
+    entry = HostEntry(inst.name, str(inst.ip), port, inst.ssh_user, str(user_key()))
+    conn = connect(entry)
+    try:
+        runtime = getattr(provider, "runtime", "docker")
+        return bootstrap(conn, inst.name, host_profile(runtime, options), report)
+    finally:
+        conn.close()
+
+
+def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
+    """`gpujob up --host NAME|user@addr[:port]`: a machine the user already has; nothing is
+    rented, the host is only made ready (and checked again on every call)."""
+    from launcher.providers.ssh import connect, resolve_host
+
+    entry = resolve_host(host)
+    profile = host_profile("docker", options)
+    if options.dry_run:
+        from launcher.bootstrap.steps import STEPS
+
+        say(f"dry run: would check {entry.name} ({entry.user or 'you'}@{entry.address}:"
+            f"{entry.port or 22}) and fix what is missing: "
+            f"{', '.join(step.__name__ for step in STEPS)}")  # fmt: skip
+        return ExitCode.OK
+    conn = connect(entry)
+    try:
+        done = bootstrap(conn, entry.name, profile, say)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(bootstrap_json(done))
+    else:
+        say(done.summary())
+    return ExitCode.OK
+
+
+def bootstrap_json(done: Bootstrapped) -> str:
+    import json
+    from dataclasses import asdict
+
+    return json.dumps({"host": done.host, "changed": done.changed,
+                       "steps": [asdict(r) for r in done.results],
+                       "facts": asdict(done.facts)}, indent=2)  # fmt: skip
 
 
 def _undo(provider: Provider, names: list[str], made: dict[str, Instance],

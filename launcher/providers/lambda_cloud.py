@@ -50,6 +50,7 @@ def _describe_error(reply: Any) -> str:
 
 class LambdaCloud:
     name = "lambda"
+    runtime = "docker"  # a VM with Docker and the NVIDIA runtime (Lambda Stack)
     ssh_user = "ubuntu"
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:

@@ -110,13 +110,31 @@ def parse_user_at(text: str) -> HostEntry | None:
                      user=match["user"])  # fmt: skip
 
 
+def rented_host(reference: str) -> HostEntry | None:
+    """A host `gpujob up` rented and that is running, by name, short name or instance id;
+    it is logged in to with the key `up` registered."""
+    from launcher.remote.keys import user_key
+    from launcher.state.hosts import HostsDB
+
+    record = HostsDB().host(reference)
+    if record is None or record.status != "running" or not record.ip:
+        return None
+    return HostEntry(name=record.name, address=record.ip, port=record.ssh_port,
+                     user=record.ssh_user, key=str(user_key()))  # fmt: skip
+
+
 def resolve_host(on: str) -> HostEntry:
-    """A hosts.yaml name first; else `user@addr[:port]` (addr may be a ~/.ssh/config alias)."""
+    """A hosts.yaml name first, then a host `gpujob up` rented; else `user@addr[:port]`
+    (addr may be a ~/.ssh/config alias)."""
     path = hosts_file()
     if path.is_file():
         hosts = parse_hosts(path.read_text(), str(path))
         if on in hosts:
             return hosts[on]
+    if "@" not in on and ":" not in on:
+        rented = rented_host(on)
+        if rented is not None:
+            return rented
     entry = parse_user_at(on)
     if entry is None:
         raise UsageError(

@@ -52,6 +52,7 @@ def _describe_error(reply: Any) -> str:
 
 class Vast:
     name = "vast"
+    runtime = "bare"  # the instance is a container: no Docker inside
     ssh_user = "root"
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,9 @@ def parse_known_hosts(text: str) -> list[PinnedKey]:
     return pins
 
 
+_WRITING = threading.Lock()
+
+
 class KnownHosts:
     """Pins in one file of mode 0600; appends are atomic (write a copy, rename over)."""
 
@@ -67,26 +71,44 @@ class KnownHosts:
         Another key type for a pinned host counts as a change too: a server that offers a
         different algorithm than the one we pinned cannot prove it is the same machine.
         """
-        pins = self.pins_for(host)
-        if any(p.key_type == key_type and p.key_base64 == key_base64 for p in pins):
+        with _WRITING:  # `up --count N` pins N hosts from N threads at once
+            pins = self.pins_for(host)
+            if any(p.key_type == key_type and p.key_base64 == key_base64 for p in pins):
+                return True
+            if pins:
+                raise changed_key_error(host, pins[0], key_type, key_base64, self.path)
+            self._append(f"{host} {key_type} {key_base64}\n")
+            return False
+
+    def forget(self, host: str) -> bool:
+        """Drop the pins of `host`: only for an address gpujob itself just rented anew (a
+        cloud hands a terminated machine's address to the next one). True if any went."""
+        with _WRITING:
+            try:
+                lines = self.path.read_text().splitlines(keepends=True)
+            except FileNotFoundError:
+                return False
+            kept = [ln for ln in lines if not ln.split() or host not in ln.split()[0].split(",")]
+            if len(kept) == len(lines):
+                return False
+            self._write("".join(kept))
             return True
-        if pins:
-            raise changed_key_error(host, pins[0], key_type, key_base64, self.path)
-        self._append(f"{host} {key_type} {key_base64}\n")
-        return False
 
     def _append(self, line: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             old = self.path.read_text()
         except FileNotFoundError:
             old = ""
         if old and not old.endswith("\n"):
             old += "\n"
+        self._write(old + line)
+
+    def _write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(old + line)
+            handle.write(text)
         os.replace(tmp, self.path)
 
 

@@ -135,6 +135,12 @@ class SSHConnection:
             key = transport.get_remote_server_key()
             self.known_hosts.check(self.endpoint.host_id, key.get_name(), key.get_base64())
             self._authenticate(transport, where)
+        except paramiko.SSHException as err:
+            transport.close()
+            raise GpujobError(
+                f"SSH handshake with {where} failed: {err}",
+                "the port answers but not as sshd does; check the address and port",
+            ) from None
         except BaseException:
             transport.close()
             raise

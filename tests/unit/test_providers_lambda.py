@@ -48,7 +48,7 @@ def live(fake: RunningFake) -> list[dict]:
 
 
 def test_up_then_down_leaves_nothing(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "a100", "--count", "2", "--yes")
+    result = gpujob("up", "a100", "--count", "2", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
     hosts = [line for line in result.stdout.splitlines() if line.startswith("gpujob-a100-")]
     assert len(hosts) == 2
@@ -64,7 +64,7 @@ def test_invalid_key_is_lambdas_message_on_one_line(
     env: RunningFake, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LAMBDA_API_KEY", "secret_wrong_key.123")
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1, result.stderr
     assert "API key was invalid, expired, or deleted (global/invalid-api-key)" in result.stderr
@@ -72,7 +72,7 @@ def test_invalid_key_is_lambdas_message_on_one_line(
 
 
 def test_unknown_gpu_lists_the_known_ones(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "a1000", "--yes")
+    result = gpujob("up", "a1000", "--yes", "--no-bootstrap")
     assert result.exit_code == 2
     assert "unknown GPU 'a1000'" in result.stderr
     assert "a100, a100-80gb, h100" in result.stderr
@@ -80,7 +80,7 @@ def test_unknown_gpu_lists_the_known_ones(env: RunningFake, gpujob: Callable) ->
 
 
 def test_no_offer_under_max_price(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "a100", "--max-price", "0.50", "--yes")
+    result = gpujob("up", "a100", "--max-price", "0.50", "--yes", "--no-bootstrap")
     assert result.exit_code == 1
     assert "no offer for a100:1 under $0.50/h" in result.stderr
     assert calls(env, "launch") == []
@@ -90,7 +90,7 @@ def test_429_then_success_backs_off_a_bounded_number_of_times(
     env: RunningFake, gpujob: Callable
 ) -> None:
     env.control.fault(op="launch", status=429, count=2)
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
     assert [c["status"] for c in calls(env, "launch")] == [429, 429, 200]
     assert len(live(env)) == 1
@@ -98,7 +98,7 @@ def test_429_then_success_backs_off_a_bounded_number_of_times(
 
 def test_429_for_ever_gives_up(env: RunningFake, gpujob: Callable) -> None:
     env.control.fault(op="launch", status=429, count=50)
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert result.exit_code == 1
     assert "still failing after 6 tries" in result.stderr
     assert len(calls(env, "launch")) == 6
@@ -107,7 +107,7 @@ def test_429_for_ever_gives_up(env: RunningFake, gpujob: Callable) -> None:
 
 def test_capacity_error_moves_to_the_next_region(env: RunningFake, gpujob: Callable) -> None:
     env.control.capacity(["gpu_1x_a100"], ["us-east-1"], count=8, race=True)
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
     regions = [(c["body"]["region_name"], c["status"]) for c in calls(env, "launch")]
     assert regions == [("us-east-1", 400), ("us-south-1", 200)]
@@ -115,7 +115,7 @@ def test_capacity_error_moves_to_the_next_region(env: RunningFake, gpujob: Calla
 
 def test_never_active_is_terminated_after_the_timeout(env: RunningFake, gpujob: Callable) -> None:
     env.control.knobs(boot_forever=True)
-    result = gpujob("up", "a100", "--yes", "--timeout", "0.5")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap", "--timeout", "0.5")
     assert result.exit_code == 1
     assert re.search(r"still booting after \d+ s", result.stderr), result.stderr
     assert "terminated gpujob-a100-" in result.stderr
@@ -128,7 +128,7 @@ def test_wrong_shape_is_an_error_not_zero(
     env: RunningFake, gpujob: Callable, op: str, body: dict
 ) -> None:
     env.control.fault(op=op, status=200, body=body)
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert result.exit_code == 1
     assert "unexpected answer to GET" in result.stderr
 
@@ -160,7 +160,7 @@ def test_lost_launch_answer_is_reconciled_and_removed(env: RunningFake, gpujob: 
     The failed up cannot even list (503s), so the next `down --all` must find it by tag."""
     env.control.fault(action="drop", op="launch", handle_first=True)
     env.control.fault(op="list_instances", status=503, skip=1, count=6)
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert result.exit_code == 1
     assert "no answer to POST /instance-operations/launch" in result.stderr
     assert len(live(env)) == 1  # the orphan a real Ctrl-C would leave
@@ -174,8 +174,8 @@ def test_lost_launch_answer_is_reconciled_and_removed(env: RunningFake, gpujob: 
 def test_lost_launch_answer_is_adopted_by_the_next_up(env: RunningFake, gpujob: Callable) -> None:
     env.control.fault(action="drop", op="launch", handle_first=True)
     env.control.fault(op="list_instances", status=503, skip=1, count=6)
-    assert gpujob("up", "a100", "--yes").exit_code == 1
-    again = gpujob("up", "a100", "--yes")
+    assert gpujob("up", "a100", "--yes", "--no-bootstrap").exit_code == 1
+    again = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert again.exit_code == 0, again.stderr
     assert "adopted gpujob-a100-" in again.stderr
     assert len(live(env)) == 2
@@ -184,7 +184,7 @@ def test_lost_launch_answer_is_adopted_by_the_next_up(env: RunningFake, gpujob: 
 
 
 def test_down_one_host_by_name(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "a100", "--yes")
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap")
     name = result.stdout.splitlines()[-1].split("\t")[0]
     assert gpujob("down", name, "--dry-run").stdout.startswith(f"would terminate {name}")
     assert len(live(env)) == 1

@@ -22,7 +22,7 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, state_dir: Path) -> Ite
 
 
 def test_search_create_destroy(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "rtx4090", "--provider", "vast", "--yes")
+    result = gpujob("up", "rtx4090", "--provider", "vast", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
     search = calls(env, "search_offers")[-1]  # the table's search, then one per purchase
     assert search["body"]["gpu_name"] == {"in": ["RTX 4090"]}  # Vast's spaced name
@@ -43,7 +43,7 @@ def test_a_taken_offer_moves_to_the_next(env: RunningFake, gpujob: Callable) -> 
     env.control.fault(op="create_instance", status=404, body={
         "success": False, "error": "invalid_args",
         "msg": "error 404/3603: no_such_ask Instance type by id 1 is not available."})  # fmt: skip
-    result = gpujob("up", "h100", "--provider", "vast", "--yes")
+    result = gpujob("up", "h100", "--provider", "vast", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
     asks = [(c["path"], c["status"]) for c in calls(env, "create_instance")]
     assert [status for _, status in asks] == [404, 200]
@@ -57,7 +57,7 @@ def test_invalid_key_is_vasts_message(
     env: RunningFake, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VAST_API_KEY", "f" * 64)
-    result = gpujob("up", "rtx4090", "--provider", "vast", "--yes")
+    result = gpujob("up", "rtx4090", "--provider", "vast", "--yes", "--no-bootstrap")
     assert result.exit_code == 1
     assert "vast: Invalid user key (auth_error)" in result.stderr
     assert "f" * 64 not in result.stderr
