@@ -104,6 +104,18 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
 
 
 @cli.command()
+@click.argument("host")
+@click.option("--python", metavar="PATH", help="The Python that runs jobs there (default python3).")
+@click.option("--json", "as_json", is_flag=True, help="The verdicts as JSON.")
+def doctor(host: str, python: str | None, as_json: bool) -> None:
+    """Check HOST (`local`, a hosts.yaml name, a rented host, user@addr): GPUs, torch and CUDA,
+    a matmul per GPU, an all-reduce across them, heavy imports timed, disk, shm, memory."""
+    from launcher.doctor import run_doctor
+
+    sys.exit(run_doctor(host, python, as_json))
+
+
+@cli.command()
 def schema() -> None:
     """Print the job spec's JSON Schema (for editor completion)."""
     import json

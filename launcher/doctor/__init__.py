@@ -1,0 +1,101 @@
+"""`gpujob doctor HOST`: the staged check the seeds did by hand, as one command.
+
+The probe (`probe.py`, standard library until a stage needs torch) is copied to the host and
+run with the Python that runs the jobs there (`--python`); it prints one JSON verdict per
+stage, which this module shows as a table or passes on with `--json`. `HOST` is `local`
+for this machine, or any host `gpujob ssh` reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import ExitCode, GpujobError
+
+PROBE = Path(__file__).with_name("probe.py")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    stage: str
+    verdict: str
+    value: float | None
+    unit: str
+    detail: str
+
+
+def parse_verdicts(text: str) -> list[Verdict]:
+    """The probe's JSON lines; anything else it printed (a library's warning) is skipped."""
+    found = []
+    for line in text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            raw = json.loads(line)
+            found.append(Verdict(raw["stage"], raw["verdict"], raw.get("value"),
+                                 raw.get("unit", ""), raw.get("detail", "")))  # fmt: skip
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _probe_on(host: str, python: str | None) -> tuple[Any, list[str]]:
+    """A connection to the host and the command that runs the probe there."""
+    if host == "local":
+        from launcher.remote.local import LocalConnection
+
+        return LocalConnection(), [python or sys.executable, str(PROBE)]
+    from launcher.providers.ssh import connect, resolve_host
+
+    conn = connect(resolve_host(host))
+    home = conn.run(["sh", "-c", 'echo "$HOME"']).stdout.strip() or "/tmp"
+    remote = f"{home}/.gpujob/bin/doctor_probe.py"
+    conn.put(remote, PROBE.read_bytes(), 0o755)
+    return conn, [python or "python3", remote]
+
+
+def run_doctor(host: str, python: str | None, as_json: bool) -> int:
+    from rich.console import Console
+
+    err = Console(file=sys.stderr)
+    conn, argv = _probe_on(host, python)
+    try:
+        with err.status(f"doctor: checking {host} (GPUs, torch, matmul, all-reduce, imports, "
+                        "disk)"):  # fmt: skip
+            result = conn.run(argv)
+    finally:
+        conn.close()
+    verdicts = parse_verdicts(result.stdout)
+    if not verdicts:
+        raise GpujobError(
+            f"doctor: the probe did not run on {host} (exit {result.exit_code}): "
+            f"{result.stderr.strip()[-300:]}",
+            "check that the host's python3 works, or name one with --python",
+        )
+    if as_json:
+        print(json.dumps([v.__dict__ for v in verdicts], indent=2))
+    else:
+        show_table(host, verdicts)
+    return ExitCode.FAILURE if any(v.verdict == "fail" for v in verdicts) else ExitCode.OK
+
+
+def show_table(host: str, verdicts: list[Verdict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"ok": "green", "warn": "yellow", "fail": "red", "not run": "dim"}
+    table = Table(title=f"gpujob doctor {host}")
+    for column in ("stage", "verdict", "value", "detail"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for v in verdicts:
+        value = "" if v.value is None else f"{v.value:g} {v.unit}".strip()
+        table.add_row(v.stage, f"[{colours.get(v.verdict, 'white')}]{v.verdict}[/]", value,
+                      v.detail)  # fmt: skip
+    console = Console(file=sys.stdout, width=120)
+    console.print(table)
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in colours}
+    console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n))

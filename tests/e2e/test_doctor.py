@@ -1,0 +1,68 @@
+"""`gpujob doctor local` for real on this machine (no GPU): the CPU stages run and say what
+they measured, the GPU stages say why they did not run, and a Python without torch fails the
+torch stage by name instead of crashing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+
+
+def doctor(*args: str) -> tuple[int, dict[str, dict]]:
+    done = subprocess.run([GPUJOB, "doctor", "local", "--json", *args], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.stdout.startswith("["), done.stderr
+    return done.returncode, {v["stage"]: v for v in json.loads(done.stdout)}
+
+
+@pytest.fixture(scope="module")
+def job_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Python the quickstart's jobs run with here (built by a one-step job if absent)."""
+    from launcher.plan.build import _env_dir
+    from launcher.providers.local import local_target
+    from launcher.spec.image import load_image_definition
+    from launcher.spec.load import load_job_spec
+
+    spec = load_job_spec(REPO / "jobs" / "quickstart.yaml", []).spec
+    image = load_image_definition(spec.image, REPO / "jobs")
+    python = Path(_env_dir(local_target(spec, image), image)) / "bin" / "python"
+    if not python.exists():
+        env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path_factory.mktemp("state")))
+        built = subprocess.run([GPUJOB, "submit", str(REPO / "jobs" / "quickstart.yaml"),
+                                "--set", "run.args=[--steps,1]"], env=env, capture_output=True,
+                               text=True, timeout=900)  # fmt: skip
+        assert python.exists(), built.stderr[-2000:]
+    return str(python)
+
+
+def test_cpu_stages_run_and_gpu_stages_say_why_not(job_python: str) -> None:
+    code, stages = doctor("--python", job_python)
+    assert code == 0, stages
+    assert stages["gpus"]["verdict"] == "not run" and "nvidia-smi" in stages["gpus"]["detail"]
+    assert stages["torch"]["verdict"] == "ok" and "CPU only" in stages["torch"]["detail"]
+    assert stages["matmul cpu"]["verdict"] == "ok" and stages["matmul cpu"]["value"] > 0
+    reduces = [s for name, s in stages.items() if name.startswith("gloo all-reduce")]
+    assert reduces and all(s["verdict"] == "ok" and s["value"] > 0 for s in reduces)
+    assert stages["import torch"]["verdict"] == "ok" and stages["import torch"]["value"] > 0
+    assert stages["import flash_attn"]["verdict"] == "not run"  # not in the CPU image
+    for name in ("disk", "shm", "memory"):
+        assert stages[name]["verdict"] in ("ok", "warn") and stages[name]["value"] > 0
+
+
+def test_a_python_without_torch_fails_the_torch_stage_by_name() -> None:
+    code, stages = doctor("--python", "/usr/bin/python3")
+    assert code == 1
+    assert stages["torch"]["verdict"] == "fail"
+    assert "cannot import torch" in stages["torch"]["detail"]
+    assert stages["matmul"]["verdict"] == "not run"
+    assert stages["disk"]["verdict"] in ("ok", "warn")
