@@ -62,16 +62,22 @@ def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--limit", default=20, show_default=True, help="How many jobs, newest first.")
 def status(as_json: bool, limit: int) -> None:
-    """Show jobs: state, nodes, runtime, exit code, last line."""
+    """Show rented hosts (price, uptime, cost so far) and jobs (state, nodes, runtime, exit
+    code, last line). --json: {"hosts": [...], "jobs": [...]}."""
     from launcher.jobs import status_rows
+    from launcher.state.hosts import host_rows
     from launcher.textout import table
 
-    rows = status_rows(limit)
+    rows, hosts = status_rows(limit), host_rows()
     if as_json:
         import json
 
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps({"hosts": hosts, "jobs": rows}, indent=2))
         return
+    if hosts:
+        columns = ("name", "provider", "gpu", "status", "address", "price_per_hour",
+                   "uptime_h", "cost_so_far")  # fmt: skip
+        click.echo(table(hosts, columns) + "\n")
     if not rows:
         click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
         return

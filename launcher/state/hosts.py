@@ -170,3 +170,21 @@ def reconcile(provider: Provider, db: HostsDB | None = None) -> Reconciliation:
             if age > 120:
                 db.update(row.name, status="failed")
     return found
+
+
+def host_rows(db: HostsDB | None = None) -> list[dict[str, object]]:
+    """Live rented hosts for `gpujob status`: what each costs per hour and has cost so far
+    (from the launch time recorded, at the price the cloud quoted)."""
+    now = time.time()
+    rows = []
+    for host in (db or HostsDB()).hosts():
+        hours = max(0.0, now - host.created_at) / 3600
+        price = host.price_per_hour
+        rows.append({
+            "name": host.name, "provider": host.provider, "instance_id": host.instance_id,
+            "gpu": host.gpu, "status": host.status,
+            "address": f"{host.ssh_user}@{host.ip}:{host.ssh_port}" if host.ip else None,
+            "price_per_hour": price, "uptime_h": round(hours, 2),
+            "cost_so_far": None if price is None else round(price * hours, 2),
+        })  # fmt: skip
+    return rows

@@ -39,7 +39,7 @@ def gpujob(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.
 def status_of(env: dict[str, str], job_id: str) -> dict:
     result = gpujob(env, "status", "--json")
     assert result.returncode == 0, result.stderr
-    return next(row for row in json.loads(result.stdout) if row["id"] == job_id)
+    return next(row for row in json.loads(result.stdout)["jobs"] if row["id"] == job_id)
 
 
 def write_job(folder: Path, program: str, **extra: str) -> Path:

@@ -132,7 +132,7 @@ def write_job(folder: Path, program: str) -> Path:
 def status_of(env: dict[str, str], job_id: str) -> dict:
     done = gpujob(env, "status", "--json")
     assert done.returncode == 0, done.stderr
-    return next(row for row in json.loads(done.stdout) if row["id"] == job_id)
+    return next(row for row in json.loads(done.stdout)["jobs"] if row["id"] == job_id)
 
 
 def test_a_job_on_a_host_exits_with_its_code_and_streams_its_log_byte_for_byte(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,10 +55,14 @@ def test_up_then_down_leaves_nothing(env: RunningFake, gpujob: Callable) -> None
     assert len(hosts) == 2
     assert [i["status"] for i in live(env)] == ["active", "active"]
     assert all(i["name"].startswith("gpujob-a100-") for i in live(env))
+    shown = json.loads(gpujob("status", "--json").stdout)["hosts"]
+    assert sorted(h["name"] for h in shown) == sorted(line.split("\t")[0] for line in hosts)
+    assert all(h["price_per_hour"] > 0 and h["cost_so_far"] >= 0 for h in shown)
     down = gpujob("down", "--all")
     assert down.exit_code == 0, down.stderr
     assert down.stdout.count("terminated gpujob-a100-") == 2
     assert live(env) == []
+    assert json.loads(gpujob("status", "--json").stdout)["hosts"] == []
 
 
 def test_invalid_key_is_lambdas_message_on_one_line(
