@@ -21,6 +21,7 @@ import click
 from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
 from launcher.errors import ExitCode, GpujobError, UsageError
 from launcher.providers.base import (
+    STOP,
     TAG,
     GpuRequest,
     Instance,
@@ -142,17 +143,26 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
         progress.update(task, description=f"{name}: ready at {inst.ip}:{inst.ssh_port}")
         return inst
 
+    pool = ThreadPoolExecutor(options.count)
     try:
-        with progress, ThreadPoolExecutor(options.count) as pool:
+        with progress:
             futures = [pool.submit(one, name) for name in names]
             errors = [f.exception() for f in futures]
+        pool.shutdown()
         failed = next((e for e in errors if e is not None), None)
         if failed is not None:
             raise failed
         return [f.result() for f in futures]
     except BaseException:
+        # Ctrl-C lands here, in the main thread: the workers stop polling at their next
+        # wait, and only then is everything they launched terminated (a launch in flight
+        # finishes first, so it is undone too).
+        STOP.set()
+        pool.shutdown(wait=True, cancel_futures=True)
         _undo(provider, names, made, db)
         raise
+    finally:
+        STOP.clear()
 
 
 def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -166,6 +167,21 @@ class Provider(Protocol):
         ...
 
 
+# Set when `up` is interrupted: every poll loop of its worker threads ends at its next wait
+# instead of polling a booting instance to its timeout while the user waits.
+STOP = threading.Event()
+
+
+class Stopped(ProviderError):
+    """The command was interrupted; what it launched is being terminated."""
+
+
+def pause(seconds: float) -> None:
+    """A poll loop's wait, cut short by STOP."""
+    if STOP.wait(seconds):
+        raise Stopped("interrupted")
+
+
 def poll_interval() -> float:
     """Seconds between status reads: Lambda allows about 1 request/s and Vast's show is
     limited to one per 2 s. `GPUJOB_POLL_S` shortens it in tests."""
@@ -191,7 +207,7 @@ def poll_until_running(provider: Provider, instance_id: str, timeout: float) -> 
                 f"after {timeout:.0f} s",
                 "raise --timeout for big images or multi-GPU hosts",
             )
-        time.sleep(poll_interval())
+        pause(poll_interval())
 
 
 MAX_OFFERS_TRIED = 25  # dstack's default for the same loop

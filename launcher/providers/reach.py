@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import time
 
-from launcher.providers.base import ProviderError
+from launcher.providers.base import ProviderError, pause
 
 
 def ssh_banner(host: str, port: int, timeout: float = 5.0) -> str | None:
@@ -42,4 +42,4 @@ def wait_for_ssh(host: str, port: int, deadline: float, interval: float = 1.0) -
                 f"no SSH banner from {host}:{port} before the timeout",
                 "the host runs but sshd does not answer; raise --timeout",
             )
-        time.sleep(interval)
+        pause(interval)

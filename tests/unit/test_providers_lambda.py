@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -194,4 +197,54 @@ def test_down_one_host_by_name(env: RunningFake, gpujob: Callable) -> None:
     assert gpujob("down", name, "--dry-run").stdout.startswith(f"would terminate {name}")
     assert len(live(env)) == 1
     assert gpujob("down", name.removeprefix("gpujob-")).exit_code == 0
+    assert live(env) == []
+
+
+def _up_in_a_process(tmp_path: Path) -> subprocess.Popen[str]:
+    """`gpujob up` as a user runs it (its own process, this test's environment), stopped
+    while its instance boots: the fake keeps it `booting` for ever."""
+    import os
+    import sys
+
+    gpujob = str(Path(sys.executable).with_name("gpujob"))
+    return subprocess.Popen([gpujob, "up", "a100", "--yes", "--no-bootstrap"],
+                            env=dict(os.environ), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _wait_for_launch(fake: RunningFake) -> None:
+    for _ in range(300):
+        if live(fake):
+            return
+        time.sleep(0.05)
+    raise AssertionError("up never launched")
+
+
+def test_ctrl_c_during_up_terminates_what_it_launched(
+    env: RunningFake, gpujob: Callable, tmp_path: Path
+) -> None:
+    env.control.knobs(boot_forever=True)
+    up = _up_in_a_process(tmp_path)
+    _wait_for_launch(env)
+    up.send_signal(signal.SIGINT)
+    _, err = up.communicate(timeout=60)
+    assert up.returncode == 130, err
+    assert "terminated gpujob-a100-" in err
+    assert live(env) == []
+
+
+def test_up_killed_outright_is_reconciled_by_the_next_command(
+    env: RunningFake, gpujob: Callable, tmp_path: Path
+) -> None:
+    env.control.knobs(boot_forever=True)
+    up = _up_in_a_process(tmp_path)
+    _wait_for_launch(env)
+    up.kill()  # no chance to clean up: the db row and the tagged instance remain
+    up.communicate(timeout=60)
+    (orphan,) = live(env)
+    shown = json.loads(gpujob("status", "--json").stdout)["hosts"]
+    assert [h["name"] for h in shown] == [orphan["name"]]  # status still knows it
+    down = gpujob("down", "--all")
+    assert down.exit_code == 0, down.stderr
+    assert f"terminated {orphan['name']}" in down.stdout
     assert live(env) == []
