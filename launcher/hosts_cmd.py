@@ -50,6 +50,7 @@ class UpOptions:
     allow_cpu: bool = False
     image: str | None = None
     bootstrap: bool = True
+    filesystem: str | None = None
 
 
 def say(text: str) -> None:
@@ -77,6 +78,11 @@ def up(options: UpOptions) -> int:
     from launcher.providers.registry import get_provider
 
     provider = get_provider(options.provider)
+    if options.filesystem:
+        if not hasattr(provider, "use_filesystem"):
+            raise UsageError(f"--filesystem is for Lambda; {provider.name} has none",
+                             "leave it out, or use --provider lambda")  # fmt: skip
+        provider.use_filesystem(options.filesystem)
     db = HostsDB()
     for line in reconcile(provider, db).lines():
         say(line)

@@ -64,6 +64,23 @@ class LambdaCloud:
         self.api = ApiClient(self.name, url, {"Authorization": f"Bearer {key}"}, _describe_error)
         # Lambda logs in on 22; the lab's hosts too. Only a tunnel would change it.
         self.ssh_port = int(os.environ.get("GPUJOB_LAMBDA_SSH_PORT", "22"))
+        self.filesystem: tuple[str, str] | None = None  # (name, region)
+
+    def use_filesystem(self, name: str) -> None:
+        """Attach the persistent filesystem `name` to what `launch` makes. Filesystems are
+        regional and attach only at launch (§2.8), so offers narrow to its region."""
+        listed = self._data("GET", "/file-systems", list)
+        by_name = {str(fs.get("name")): fs for fs in listed if isinstance(fs, dict)}
+        found = by_name.get(name)
+        if found is None:
+            raise UsageError(f"lambda: no filesystem named {name!r}",
+                             f"yours: {', '.join(sorted(by_name)) or 'none'}")  # fmt: skip
+        try:
+            self.filesystem = (name, str(found["region"]["name"]))
+        except (KeyError, TypeError):
+            from launcher.providers.http import shape_error
+
+            raise shape_error(self.name, "GET /file-systems", "Filesystem {region}") from None
 
     def _data(self, method: str, path: str, expected: type, **kwargs: Any) -> Any:
         from launcher.providers.http import shape_error
@@ -98,8 +115,9 @@ class LambdaCloud:
                 continue
             if request.max_price is not None and price > request.max_price:
                 continue
+            wanted = self.filesystem[1] if self.filesystem else request.region
             for region in regions:
-                if request.region in (None, region):
+                if wanted in (None, region):
                     found.append(Offer(self.name, type_name, model.group(1), gpus, region,
                                        price, disk, f"{type_name}@{region}"))  # fmt: skip
         return sorted(found, key=lambda o: (o.price_per_hour, o.instance_type, o.region))
@@ -122,6 +140,8 @@ class LambdaCloud:
         type_name, _, region = offer.raw_id.partition("@")
         body = {"region_name": region, "instance_type_name": type_name,
                 "ssh_key_names": [key_name], "name": name}  # fmt: skip
+        if self.filesystem:
+            body["file_system_names"] = [self.filesystem[0]]
         try:
             data = self._data("POST", "/instance-operations/launch", dict, json=body, creates=True)
         except ProviderError as error:

@@ -248,3 +248,21 @@ def test_up_killed_outright_is_reconciled_by_the_next_command(
     assert down.exit_code == 0, down.stderr
     assert f"terminated {orphan['name']}" in down.stdout
     assert live(env) == []
+
+
+def test_filesystem_narrows_offers_to_its_region_and_is_attached_at_launch(
+    env: RunningFake, gpujob: Callable
+) -> None:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {LAMBDA_API_KEY}"
+    made = session.post(f"{env.url}/filesystems", json={"name": "ckpts", "region": "us-west-1"})
+    assert made.status_code == 200, made.text
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap", "--filesystem", "ckpts")
+    assert result.exit_code == 0, result.stderr
+    (launch,) = [c for c in calls(env, "launch") if c["status"] == 200]
+    assert launch["body"]["file_system_names"] == ["ckpts"]
+    assert launch["body"]["region_name"] == "us-west-1"
+    unknown = gpujob("up", "a100", "--yes", "--no-bootstrap", "--filesystem", "nope")
+    assert unknown.exit_code == 2
+    assert "no filesystem named 'nope'" in unknown.stderr and "ckpts" in unknown.stderr
+    assert gpujob("down", "--all").exit_code == 0
