@@ -48,6 +48,7 @@ def main() -> None:
     fake = serve_lambda(backend)
     env = dict(os.environ, GPUJOB_STATE_DIR=str(scratch / "state"),
                GPUJOB_SSH_KEY=str(infra.lab.user_key()), GPUJOB_POLL_S="0.5",
+               GPUJOB_LAMBDA_SSH_USER="root",
                LAMBDA_API_KEY=LAMBDA_API_KEY, GPUJOB_LAMBDA_API_URL=fake.url)  # fmt: skip
     times: dict[int, list[float]] = {1: [], 4: []}
     try:

@@ -144,7 +144,8 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
         wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
         if options.bootstrap:
             progress.update(task, description=f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}")
-            bootstrap_instance(provider, inst, options, progress.console.print, fresh=True)
+            bootstrap_instance(provider, inst, options, lambda line: progress.console.print(
+                line, soft_wrap=True, markup=False, highlight=False), fresh=True)
         db.update(name, inst, status="running")
         progress.update(task, description=f"{name}: ready at {inst.ip}:{inst.ssh_port}")
         return inst
@@ -200,10 +201,12 @@ def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
 def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
     """`gpujob up --host NAME|user@addr[:port]`: a machine the user already has; nothing is
     rented, the host is only made ready (and checked again on every call)."""
+    from launcher.providers.registry import runtime_of
     from launcher.providers.ssh import connect, resolve_host
 
     entry = resolve_host(host)
-    profile = host_profile("docker", options)
+    rented = HostsDB().host(entry.name)
+    profile = host_profile(runtime_of(rented.provider) if rented else "docker", options)
     if options.dry_run:
         from launcher.bootstrap.steps import STEPS
 

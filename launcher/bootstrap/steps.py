@@ -174,7 +174,8 @@ def agent(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResul
 
 def _rclone_version(conn: Connection, facts: HostFacts) -> str | None:
     script = (f'for r in rclone "$HOME/{RCLONE_HOME_PATH}"; do '
-              '"$r" version 2>/dev/null | head -n 1 && exit 0; done; exit 1')  # fmt: skip
+              'v=$("$r" version 2>/dev/null | head -n 1); '
+              '[ -n "$v" ] && echo "$v" && exit 0; done; exit 1')  # fmt: skip
     result = _sh(conn, script)
     return result.stdout.strip() if result.ok and result.stdout.strip() else None
 

@@ -64,6 +64,8 @@ class LambdaCloud:
         self.api = ApiClient(self.name, url, {"Authorization": f"Bearer {key}"}, _describe_error)
         # Lambda logs in on 22; the lab's hosts too. Only a tunnel would change it.
         self.ssh_port = int(os.environ.get("GPUJOB_LAMBDA_SSH_PORT", "22"))
+        # Lambda's images log in as ubuntu; the lab's hosts know only root.
+        self.ssh_user = os.environ.get("GPUJOB_LAMBDA_SSH_USER", "ubuntu")
         self.filesystem: tuple[str, str] | None = None  # (name, region)
 
     def use_filesystem(self, name: str) -> None:

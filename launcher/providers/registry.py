@@ -27,3 +27,13 @@ def get_provider(name: str) -> Provider:
 def configured() -> list[str]:
     """Clouds whose API key is set: the ones `down --all` can ask."""
     return [name for name, (_, _, variable) in CLOUDS.items() if os.environ.get(variable)]
+
+
+def runtime_of(name: str) -> str:
+    """How jobs run on a cloud's hosts ("docker" or "bare"), without an API key."""
+    import importlib
+
+    if name not in CLOUDS:
+        return "docker"
+    module, cls, _ = CLOUDS[name]
+    return str(getattr(getattr(importlib.import_module(module), cls), "runtime", "docker"))

@@ -55,6 +55,7 @@ def env(clouds: dict[str, RunningFake], tmp_path: Path) -> dict[str, str]:
         "GPUJOB_HOSTS_FILE": str(tmp_path / "hosts.yaml"),
         "GPUJOB_SSH_KEY": str(user_key()),
         "GPUJOB_POLL_S": "0.5",
+        "GPUJOB_LAMBDA_SSH_USER": "root",  # Lambda logs in as ubuntu; lab hosts have root only
         "LAMBDA_API_KEY": LAMBDA_API_KEY,
         "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
         "VAST_API_KEY": VAST_API_KEY,
@@ -71,7 +72,8 @@ def live(fake: RunningFake, provider: str) -> list[dict[str, Any]]:
     if provider == "lambda":
         reply = requests.get(f"{fake.url}/instances", timeout=10,
                              headers={"Authorization": f"Bearer {LAMBDA_API_KEY}"})  # fmt: skip
-        return [i for i in reply.json()["data"] if i["status"] != "terminated"]
+        going = ("terminating", "terminated")  # terminating: billing has stopped (Lambda)
+        return [i for i in reply.json()["data"] if i["status"] not in going]
     root = fake.url.rsplit("/api/v0", 1)[0]
     reply = requests.get(f"{root}/api/v1/instances/", timeout=10,
                          headers={"Authorization": f"Bearer {VAST_API_KEY}"})  # fmt: skip
