@@ -235,6 +235,12 @@ def down(host: str | None, everything: bool, dry_run: bool) -> None:
     sys.exit(run_down(host, everything, dry_run))
 
 
+from launcher.storage_cmd import storage, sync_ckpt  # noqa: E402 - click only
+
+cli.add_command(storage)
+cli.add_command(sync_ckpt)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args

@@ -41,11 +41,12 @@ def new_job_id(name: str) -> str:
 
 
 def submit(options: SubmitOptions) -> int:
-    from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
+    from launcher.agent import AGENT_SOURCE, CHECKPOINT_SOURCES, INIT_LOCK_SOURCE
     from launcher.plan.build import JOB_ID, Sources, build_plan
     from launcher.plan.show import plan_json, plan_text
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_job_spec
+    from launcher.storage.preflight import preflight
 
     loaded = load_job_spec(options.spec_path, options.sets)
     spec = loaded.spec
@@ -68,12 +69,17 @@ def submit(options: SubmitOptions) -> int:
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
+        checkpoint_modules=CHECKPOINT_SOURCES,
     )
-    plan = build_plan(spec, target, job_id, secret_values, image, sources)
+    sync = preflight(loaded, target, image, say)
+    plan = build_plan(spec, target, job_id, secret_values, image, sources, sync)
     if options.dry_run:
         sys.stdout.write(plan_json(plan) if options.as_json else plan_text(plan))
         return 0
+    from launcher.storage.preflight import check_before_start
+
     try:
+        check_before_start(loaded, plan, connections, say)
         return _start(options, plan, loaded, connections, host_records)
     finally:
         for conn in connections.values():

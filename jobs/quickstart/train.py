@@ -5,7 +5,8 @@ here (a tiny grammar, byte-level tokens), so the loss falls quickly and visibly.
 the derived batch sizes and checkpoint settings as GPUJOB_* variables; flags override them.
 Checkpoints follow the Hugging Face layout (`checkpoint-N/`, `trainer_state.json` written
 last), saved by rank 0 into a temporary folder and renamed, so a half-written one never
-carries the final name.
+carries the final name; then the `.gpujob-complete` marker (gpujob's contract, see
+launcher/agent/ckpt_store.py) says the save returned, and only then may gpujob sync it.
 """
 
 from __future__ import annotations
@@ -93,8 +94,22 @@ def save_checkpoint(model: torch.nn.Module, optimizer, step: int, loss: float, a
     state = {"global_step": step, "loss": loss, "saved_at": time.time()}
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, final)
+    mark_complete(final, step)
     prune(root, args.keep_last)
     return final
+
+
+def mark_complete(path: Path, step: int) -> None:
+    """gpujob's marker: step and every file's size, written atomically after the save."""
+    files = {
+        p.relative_to(path).as_posix(): p.stat().st_size
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+    body = {"step": step, "files": files, "written_by": "program"}
+    tmp = path / ".gpujob-complete.tmp"
+    tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path / ".gpujob-complete")
 
 
 def prune(root: Path, keep_last: int) -> None:

@@ -8,3 +8,8 @@ from pathlib import Path
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 INIT_LOCK_SOURCE = Path(__file__).with_name("init_lock.py")
+CHECKPOINT_SOURCES = tuple(
+    str(Path(__file__).with_name(name))
+    for name in ("ckpt_store.py", "ckpt_sync.py", "ckpt_watch.py")
+)
+"""Shipped beside the agent under the same names: it imports them as sibling modules."""

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from typing import Any
 STATUS = "status.json"
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 SAMPLE_EVERY_S = 1.0
+STATUS_LOCK = threading.Lock()
+"""The wait loop and the checkpoint watcher both write status.json."""
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -160,15 +163,73 @@ def supervise(node_dir: Path) -> int:
     }
     write_json(node_dir / STATUS, status)
     signal.signal(signal.SIGTERM, lambda *_: _forward(job.pid, signal.SIGTERM))
+    watch = _checkpoint_watch(node_dir, config, job.pid, status, env)
     code = _wait(job, node_dir, status)
+    if watch is not None:
+        watch[0].set()
+        watch[1].join()
     cancelled = (node_dir / "cancel-requested").exists()
-    status.update(
-        state="cancelled" if cancelled else ("succeeded" if code == 0 else "failed"),
-        exit_code=code,
-        ended_at=time.time(),
-    )
-    write_json(node_dir / STATUS, status)
+    with STATUS_LOCK:
+        status.update(
+            state="cancelled" if cancelled else ("succeeded" if code == 0 else "failed"),
+            exit_code=code,
+            ended_at=time.time(),
+        )
+        if status.get("stopped_reason"):
+            status.update(state="failed", reason=status["stopped_reason"])
+        write_json(node_dir / STATUS, status)
     return 0
+
+
+def _checkpoint_watch(
+    node_dir: Path, config: dict[str, Any], pid: int, status: dict[str, Any], env: dict[str, str]
+) -> tuple[threading.Event, threading.Thread] | None:
+    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file)."""
+    care = config.get("checkpoints")
+    if not care:
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import ckpt_watch
+
+    remote_env = {}
+    if care.get("storage_env_file"):
+        remote_env = read_json(node_dir / care["storage_env_file"])
+        (node_dir / care["storage_env_file"]).unlink(missing_ok=True)
+    log_fd = os.open(
+        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    )
+
+    def say(text: str) -> None:
+        os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
+
+    def publish(update: dict[str, Any]) -> None:
+        with STATUS_LOCK:
+            status.update(update)
+            write_json(node_dir / STATUS, status)
+
+    def pause_job(pause: bool) -> None:
+        for each in [pid, *descendants(pid)]:
+            _forward(each, signal.SIGSTOP if pause else signal.SIGCONT)
+
+    def stop_job(reason: str) -> None:
+        publish({"stopped_reason": reason})
+        tree = [pid, *descendants(pid)]
+        _forward(pid, signal.SIGTERM)
+        for each in tree:
+            _forward(each, signal.SIGCONT)  # a paused job must run to act on SIGTERM
+        deadline = time.monotonic() + float(config.get("grace_s", 30))
+        while time.monotonic() < deadline and any(alive(p) for p in tree):
+            time.sleep(0.1)
+        for leftover in [p for p in tree if alive(p)]:
+            _forward(leftover, signal.SIGKILL)
+
+    watcher = ckpt_watch.Watcher(
+        config=ckpt_watch.WatchConfig.from_json(care, node_dir),
+        log_fd=log_fd, say=say, publish=publish, stop_job=stop_job, pause_job=pause_job,
+        env={k: str(v) for k, v in remote_env.items()}, hook_env=env,
+    )  # fmt: skip
+    done = threading.Event()
+    return done, ckpt_watch.run_in_thread(watcher, done)
 
 
 def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) -> int:
@@ -183,7 +244,8 @@ def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) 
         if rss > status["peak_rss_bytes"]:
             status["peak_rss_bytes"] = rss
         if time.monotonic() - last_write > 5:
-            write_json(node_dir / STATUS, status)
+            with STATUS_LOCK:
+                write_json(node_dir / STATUS, status)
             last_write = time.monotonic()
 
 

@@ -44,6 +44,16 @@ class Sources:
     init_lock: str
     spec_where: str = "the job spec"
     excludes: tuple[str, ...] = ()
+    checkpoint_modules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckpointSync:
+    """`checkpoints.sync_to` resolved at submit (storage/): the rclone path, bucket included,
+    and the remote's RCLONE_CONFIG_* variables, shipped as a 0600 file the agent deletes."""
+
+    rclone_path: str
+    env: dict[str, str]
 
 
 def build_plan(
@@ -53,6 +63,7 @@ def build_plan(
     secrets: dict[str, str],
     image: ImageDefinition | None,
     sources: Sources,
+    sync: CheckpointSync | None = None,
 ) -> Plan:
     if not JOB_ID.match(job_id):
         raise UsageError(f"job id {job_id!r}: use letters, digits, `.`, `_` and `-` (up to 128)")
@@ -80,6 +91,7 @@ def build_plan(
                 sources,
                 derived,
                 first_on_host,
+                sync,
             )
         )
     return Plan(
@@ -161,6 +173,7 @@ def _node_plan(
     sources: Sources,
     derived: dict[str, str],
     first_on_host: bool,
+    sync: CheckpointSync | None = None,
 ) -> NodePlan:
     node_dir = f"{job_dir}/node-{rank}"
     values = {**derived, "node_rank": str(rank)}
@@ -176,6 +189,9 @@ def _node_plan(
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         if spec.run.serialize_init:
             steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
+        for module in sources.checkpoint_modules:
+            name = PurePosixPath(module).name
+            steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
         if image is not None and target.runtime == "bare":
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
@@ -198,8 +214,20 @@ def _node_plan(
                 secret=True,
             )
         )
+    care = _checkpoint_care(spec, job_dir, sync) if first_on_host else None
+    if care and sync and sync.env:
+        steps.append(
+            WriteFile(
+                path=f"{node_dir}/storage.json",
+                content=json.dumps(sync.env, sort_keys=True) + "\n",
+                mode=0o600,
+                secret=True,
+            )
+        )
     steps.append(
-        WriteFile(path=f"{node_dir}/job.json", content=_agent_config(spec, job_id, rank, secrets))
+        WriteFile(
+            path=f"{node_dir}/job.json", content=_agent_config(spec, job_id, rank, secrets, care)
+        )
     )
     steps.append(
         RunCommand(
@@ -311,7 +339,23 @@ def _torchrun_argv(
     return [*groups, program]
 
 
-def _agent_config(spec: JobSpec, job_id: str, rank: int, secrets: dict[str, str]) -> str:
+def _checkpoint_care(spec: JobSpec, job_dir: str, sync: CheckpointSync | None) -> dict[str, object]:
+    """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py)."""
+    ckpt = spec.checkpoints
+    return {
+        "dir": str(PurePosixPath(job_dir) / ckpt.dir),
+        "keep_last": ckpt.keep_last,
+        "sync_to": sync.rclone_path if sync else None,
+        "sync_remote": ckpt.sync_to,
+        "on_checkpoint": ckpt.on_checkpoint,
+        "workdir": f"{job_dir}/workdir",
+        "storage_env_file": "storage.json" if sync and sync.env else None,
+    }
+
+
+def _agent_config(
+    spec: JobSpec, job_id: str, rank: int, secrets: dict[str, str], care: dict | None = None
+) -> str:
     config = {
         "job_id": job_id,
         "node_rank": rank,
@@ -321,4 +365,6 @@ def _agent_config(spec: JobSpec, job_id: str, rank: int, secrets: dict[str, str]
         "secrets_file": "secrets.json" if secrets else None,
         "grace_s": 30,
     }
+    if care:
+        config["checkpoints"] = care
     return json.dumps(config, indent=2, sort_keys=True) + "\n"

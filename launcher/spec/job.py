@@ -114,11 +114,41 @@ class BatchSpec(StrictModel):
     micro_batch: int | None = Field(default=None, ge=1)
 
 
+REMOTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+"""rclone's env-var form (`RCLONE_CONFIG_<NAME>_*`) cannot express `-` or `.` in a name."""
+REMOTE_PATH = re.compile(r"^(?P<remote>[A-Za-z][A-Za-z0-9_]{0,31}):(?P<path>[^\s]*)$")
+UNSAFE_VALUE = re.compile(r"[\x00-\x1f\x7f`\"'$]|^\s|\s$")
+"""Characters rclone.conf or a shell would interpret (seed 000's backticks); refused outright."""
+
+
 class CheckpointSpec(StrictModel):
     dir: str = Field(default="checkpoints", description="Relative to the job directory.")
-    keep_last: int | None = Field(default=3, ge=1)
+    keep_last: int | None = Field(
+        default=3,
+        ge=1,
+        description="Complete checkpoints the agent keeps on the host; null turns retention off.",
+    )
     every_steps: int | None = Field(default=None, ge=1)
-    sync_to: str | None = Field(default=None, description="`REMOTE:bucket/prefix` to sync to.")
+    sync_to: str | None = Field(
+        default=None,
+        description="`REMOTE:prefix`: a remote under `storage` (or the user config) and a "
+        "prefix inside its bucket; each complete checkpoint is copied there.",
+    )
+    on_checkpoint: str | None = Field(
+        default=None,
+        description="Shell command run for each complete checkpoint, one at a time, output in "
+        "the job log; it gets GPUJOB_CHECKPOINT (its path) and GPUJOB_CHECKPOINT_STEP.",
+    )
+    size_gb: float | None = Field(
+        default=None, gt=0, description="Size of one checkpoint, for the disk budget at submit."
+    )
+    params: int | None = Field(
+        default=None, ge=1, description="Model parameters, to estimate the checkpoint size."
+    )
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    optimizer: Literal["adamw", "sgd", "none"] = Field(
+        default="adamw", description="Optimizer state saved with the weights (estimate only)."
+    )
 
     @field_validator("dir")
     @classmethod
@@ -127,15 +157,83 @@ class CheckpointSpec(StrictModel):
             raise ValueError("must be a path inside the job directory (relative, no `..`)")
         return value
 
+    @field_validator("sync_to")
+    @classmethod
+    def _remote_path(cls, value: str | None) -> str | None:
+        if value is not None and not REMOTE_PATH.match(value):
+            raise ValueError(
+                "write it as REMOTE:prefix, e.g. `lab:runs/quickstart` (REMOTE: letters, digits,"
+                " `_`; the bucket comes from the remote)"
+            )
+        return value
+
+    @property
+    def estimated_bytes(self) -> int | None:
+        """Weights plus optimizer state; AdamW keeps two fp32 moments (and an fp32 master copy
+        when training in 16 bits), the usual 12-16 bytes per parameter."""
+        if self.size_gb is not None:
+            return int(self.size_gb * (1 << 30))
+        if self.params is None:
+            return None
+        weight = 4 if self.dtype == "fp32" else 2
+        state = {"adamw": 8, "sgd": 4, "none": 0}[self.optimizer]
+        master = 4 if self.dtype != "fp32" and self.optimizer != "none" else 0
+        return self.params * (weight + state + master)
+
 
 class S3Remote(StrictModel):
+    """An S3 bucket reached through rclone (transfers) and boto3 (checks). Credentials are
+    named, never written: the variables hold them, or an AWS profile does."""
+
     provider: Literal["AWS", "Other", "Minio", "Cloudflare", "Lambda"] = "AWS"
     endpoint: str | None = None
     region: str | None = None
-    bucket: str
+    bucket: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,62}$")
     access_key_env: str | None = None
     secret_key_env: str | None = None
     profile: str | None = None
+    ca_bundle: str | None = Field(
+        default=None, description="PEM CA bundle for an https endpoint; default AWS_CA_BUNDLE."
+    )
+
+    @field_validator("endpoint", "region", "profile", "ca_bundle")
+    @classmethod
+    def _literal(cls, value: str | None) -> str | None:
+        if value is not None and UNSAFE_VALUE.search(value):
+            raise ValueError(
+                "contains a quote, backtick, `$`, a control character or surrounding spaces;"
+                " rclone.conf would keep them literally (seed 000), so write the bare value"
+            )
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s#;]+(/[^\s#;]*)?$", value):
+            raise ValueError("an endpoint is a URL like https://files.us-east-3.lambda.ai")
+        return value
+
+    @field_validator("access_key_env", "secret_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.match(value):
+            raise ValueError("the NAME of a variable that holds the key, e.g. AWS_ACCESS_KEY_ID")
+        return value
+
+    @model_validator(mode="after")
+    def _both_keys(self) -> S3Remote:
+        if (self.access_key_env is None) != (self.secret_key_env is None):
+            raise ValueError("give both `access_key_env` and `secret_key_env`, or neither")
+        return self
+
+
+class MergeSpec(StrictModel):
+    """A job that merges a LoRA adapter into its base (seed 002: never onto a quantized base)."""
+
+    adapter: str = Field(description="Folder with adapter_config.json, relative to the spec.")
+    base: str | None = Field(
+        default=None, description="The base the job merges into; default: the adapter's own."
+    )
 
 
 class JobSpec(StrictModel):
@@ -156,7 +254,10 @@ class JobSpec(StrictModel):
         default_factory=list, description="Names of variables taken from your environment."
     )
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    storage: dict[str, S3Remote] = Field(default_factory=dict)
+    storage: dict[str, S3Remote] = Field(
+        default_factory=dict, description="S3 remotes by name; the user config adds more."
+    )
+    merge: MergeSpec | None = None
     profile: str | None = Field(default=None, description="Which entry of `profiles` applied.")
     profiles: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Named overrides, chosen with `--set profile=NAME`."
@@ -188,6 +289,16 @@ class JobSpec(StrictModel):
         for key in value:
             if not key.startswith(("NCCL_", "TORCH_NCCL_")):
                 raise ValueError(f"`{key}` is not an NCCL variable; put it under `envs`")
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _remote_names(cls, value: dict[str, S3Remote]) -> dict[str, S3Remote]:
+        for key in value:
+            if not REMOTE_NAME.match(key):
+                raise ValueError(
+                    f"remote name `{key}`: letters, digits and `_` (rclone's env form)"
+                )
         return value
 
     @field_validator("secrets")

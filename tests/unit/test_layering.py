@@ -39,13 +39,16 @@ def sources(*folders: str) -> list[Path]:
     return sorted(p for folder in folders for p in (LAUNCHER / folder).rglob("*.py"))
 
 
+SHIPPED_BESIDE = {p.stem for p in (LAUNCHER / "agent").glob("*.py")}
+"""The agent's own modules, shipped beside it and imported as siblings on the host."""
+
+
 @pytest.mark.parametrize("path", sources("agent"), ids=lambda p: p.name)
 def test_the_agent_is_standard_library_only(path: Path) -> None:
     tops = {name.split(".")[0] for name in imports(path)}
     assert "launcher" not in tops
-    assert tops <= set(sys.stdlib_module_names) | {"__future__"}, tops - set(
-        sys.stdlib_module_names
-    )
+    allowed = set(sys.stdlib_module_names) | {"__future__"} | SHIPPED_BESIDE
+    assert tops <= allowed, tops - allowed
 
 
 @pytest.mark.parametrize("path", sources("spec", "plan"), ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -1,0 +1,310 @@
+"""The agent's checkpoint care on the host: markers, hooks, sync, retention, disk. Stdlib only.
+
+One thread beside the supervisor's wait loop, looking every `interval_s`:
+1. adopt format-complete checkpoints the program left without a marker (ckpt_store);
+2. start `on_checkpoint` for the next complete checkpoint, one hook at a time;
+3. push new complete checkpoints to `sync_to` (verified: see ckpt_sync), in a worker thread
+   so that a slow upload never delays the disk samples;
+4. delete complete checkpoints beyond `keep_last`, oldest step first, only once synced when
+   a sync target is set, never the newest complete one, never one a hook still needs;
+5. sample the disk: warnings at 60/80/90% into the job log and status; at 95%, or when the
+   next save (measured size of the last one) would not fit, pause the job (SIGSTOP, so no
+   save starts meanwhile), sync and prune, resume it; if that does not free enough, stop it
+   cleanly with the reason, before a save can fail half-written (seed 002: ENOSPC at step
+   9000 while save_total_limit was not honoured). A pause of many minutes on one node of a
+   multi-node job can trip the other nodes' collective timeouts; it only happens when the
+   alternative is a disk full mid-save.
+Works whatever the training framework does with its own limit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ckpt_store
+import ckpt_sync
+
+WARN_AT = (60, 80, 90)
+ACT_AT = 95.0
+HEADROOM = 1.05
+"""The next save must fit with 5% to spare, or the agent acts before it starts."""
+
+
+@dataclass
+class WatchConfig:
+    root: Path
+    keep_last: int | None
+    sync_to: str | None = None
+    on_checkpoint: str | None = None
+    workdir: Path | None = None
+    interval_s: float = 1.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], node_dir: Path) -> WatchConfig:
+        return cls(
+            root=Path(data["dir"]),
+            keep_last=data.get("keep_last"),
+            sync_to=data.get("sync_to"),
+            on_checkpoint=data.get("on_checkpoint"),
+            workdir=Path(data["workdir"]) if data.get("workdir") else node_dir,
+            interval_s=float(data.get("interval_s", 1.0)),
+        )
+
+
+@dataclass
+class Watcher:
+    """`say` writes a line to the job log; `publish` merges a dict into status.json; `stop_job`
+    ends the job with a reason. Kept as callables so tests can drive one tick at a time."""
+
+    config: WatchConfig
+    log_fd: int
+    say: Callable[[str], None]
+    publish: Callable[[dict[str, Any]], None]
+    stop_job: Callable[[str], None]
+    pause_job: Callable[[bool], None] = lambda _: None
+    env: dict[str, str] = field(default_factory=dict)
+    hook_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    synced: set[str] = field(default_factory=set)
+    hooked: set[str] = field(default_factory=set)
+    adopter: ckpt_store.Adopter = field(default_factory=ckpt_store.Adopter)
+    hook: tuple[str, subprocess.Popen[bytes]] | None = None
+    warned: int = 0
+    last_size: int = 0
+    stopped: str | None = None
+    sync_failures: int = 0
+    syncing: threading.Thread | None = None
+
+    def tick(self) -> None:
+        if not self.config.root.is_dir():
+            return
+        for ckpt in self.adopter.adopt(self.config.root):
+            self.say(f"checkpoint {ckpt.name}: complete (marker written by the agent)")
+        done = ckpt_store.complete(self.config.root)
+        if done:
+            self.last_size = max(self.last_size, ckpt_store.tree_bytes(done[-1].path))
+        self._hooks(done)
+        self._sync(done)
+        self._prune(done)
+        self._disk()
+
+    def finish(self) -> None:
+        """After the job ended: the last checkpoints synced, hooks run, retention applied."""
+        self.tick()
+        while self.hook is not None or self._next_hook(ckpt_store.complete(self.config.root)):
+            if self.hook is not None:
+                self.hook[1].wait()
+            self._hooks(ckpt_store.complete(self.config.root))
+        self._sync(ckpt_store.complete(self.config.root), wait=True)
+        self.tick()
+        if self.syncing is not None:
+            self.syncing.join()
+
+    def _next_hook(self, done: list[ckpt_store.Checkpoint]) -> ckpt_store.Checkpoint | None:
+        if not self.config.on_checkpoint:
+            return None
+        return next((c for c in done if c.name not in self.hooked), None)
+
+    def _hooks(self, done: list[ckpt_store.Checkpoint]) -> None:
+        if self.hook is not None:
+            name, proc = self.hook
+            if proc.poll() is None:
+                return
+            self.say(f"on_checkpoint for {name} exited {proc.returncode}")
+            self.hook = None
+        nxt = self._next_hook(done)
+        if nxt is None or not self.config.on_checkpoint:
+            return
+        self.hooked.add(nxt.name)
+        self.say(f"on_checkpoint for {nxt.name}: {self.config.on_checkpoint}")
+        env = dict(
+            self.hook_env, GPUJOB_CHECKPOINT=str(nxt.path), GPUJOB_CHECKPOINT_STEP=str(nxt.step)
+        )
+        proc = subprocess.Popen(
+            ["bash", "-c", self.config.on_checkpoint],
+            cwd=self.config.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.hook = (nxt.name, proc)
+
+    def _sync(self, done: list[ckpt_store.Checkpoint], wait: bool = False) -> None:
+        """Start a push of what is not synced yet; with `wait`, finish any push under way and
+        do this one in the calling thread."""
+        if not self.config.sync_to:
+            return
+        if self.syncing is not None and self.syncing.is_alive():
+            if not wait:
+                return
+            self.syncing.join()
+        todo = [c.name for c in done if c.name not in self.synced and c.path.is_dir()]
+        if not todo:
+            return
+        if wait:
+            self._push(todo)
+            return
+        self.syncing = threading.Thread(target=self._push, args=(todo,), name="gpujob-sync")
+        self.syncing.start()
+
+    def _push(self, todo: list[str]) -> None:
+        rc = ckpt_sync.Rclone(self.env, log=self.log_fd)
+        try:
+            ckpt_sync.push(self.config.root, self.config.sync_to, rc, names=todo)
+        except ckpt_sync.SyncError as err:
+            self.sync_failures += 1
+            self.say(
+                f"sync of {', '.join(todo)} to {self.config.sync_to} failed: {err}; "
+                "retrying at the next look, nothing is deleted until it succeeds"
+            )
+            self.publish({"sync": {"failures": self.sync_failures, "error": str(err)}})
+            return
+        self.synced.update(todo)
+        self.say(f"synced {', '.join(todo)} to {self.config.sync_to} (verified)")
+        self.publish(
+            {
+                "sync": {
+                    "failures": self.sync_failures,
+                    "synced": sorted(self.synced, key=lambda n: ckpt_store.step_of(n) or 0),
+                }
+            }
+        )
+
+    def _protected(self) -> set[str]:
+        pending = {c.name for c in ckpt_store.complete(self.config.root)} - self.hooked
+        running = {self.hook[0]} if self.hook else set()
+        return (pending if self.config.on_checkpoint else set()) | running
+
+    def _prune(self, done: list[ckpt_store.Checkpoint], keep: int | None = None) -> int:
+        keep_last = self.config.keep_last if keep is None else keep
+        safe = self.synced if self.config.sync_to else {c.name for c in done}
+        freed = 0
+        for ckpt in ckpt_store.to_delete(done, keep_last, safe, self._protected()):
+            size = ckpt_store.tree_bytes(ckpt.path)
+            _remove(ckpt.path)
+            freed += size
+            self.say(
+                f"retention: deleted {ckpt.name} ({_gib(size)}; keep_last "
+                f"{keep_last}{', synced first' if self.config.sync_to else ''})"
+            )
+        if freed or done:
+            left = ckpt_store.complete(self.config.root)
+            self.publish(
+                {
+                    "checkpoints": {
+                        "complete": [c.name for c in left],
+                        "latest": left[-1].name if left else None,
+                    }
+                }
+            )
+        return freed
+
+    def _disk(self) -> None:
+        total, free, percent = ckpt_store.disk_usage(self.config.root)
+        level = max((w for w in WARN_AT if percent >= w), default=0)
+        disk = {
+            "used_pct": round(percent, 1),
+            "free_bytes": free,
+            "total_bytes": total,
+            "checkpoint_bytes": self.last_size,
+        }
+        if level > self.warned:
+            self.say(
+                f"disk warning: {self.config.root} is {percent:.1f}% full "
+                f"({_gib(free)} free of {_gib(total)})"
+            )
+        self.warned = max(self.warned, level) if level else 0
+        disk["warning"] = f"disk {percent:.0f}% full" if level else None
+        self.publish({"disk": disk})
+        if self._fits(free, percent) or self.stopped:
+            return
+        self.say(
+            f"disk {percent:.1f}% full, {_gib(free)} free; the next save needs about "
+            f"{_gib(self.last_size)}: job paused while syncing and pruning"
+        )
+        self.pause_job(True)
+        try:
+            started = time.monotonic()
+            done = ckpt_store.complete(self.config.root)
+            self._sync(done, wait=True)
+            emergency = 1 if self.config.keep_last is not None and self.config.sync_to else None
+            self._prune(done, keep=emergency)  # below keep_last only what is safe in S3
+            total, free, percent = ckpt_store.disk_usage(self.config.root)
+            if self._fits(free, percent):
+                self.say(
+                    f"disk {percent:.1f}% full after pruning; job resumed after "
+                    f"{time.monotonic() - started:.1f} s"
+                )
+                return
+            self._stop(free, percent)
+        finally:
+            self.pause_job(False)
+
+    def _stop(self, free: int, percent: float) -> None:
+        latest = ckpt_store.latest_complete(self.config.root)
+        kept = f"{latest.name} kept" if latest else "no complete checkpoint yet"
+        if latest and self.config.sync_to:
+            kept += " and synced" if latest.name in self.synced else " (its sync failed)"
+        why = (
+            "retention is off (keep_last: null)"
+            if self.config.keep_last is None
+            else "nothing more may be deleted"
+        )
+        self.stopped = (
+            f"stopped by gpujob: checkpoint disk {percent:.1f}% full "
+            f"({_gib(free)} free, next save ~{_gib(self.last_size)}) and {why}; "
+            f"{kept}"
+        )
+        self.say(self.stopped)
+        self.stop_job(self.stopped)
+
+    def _fits(self, free: int, percent: float) -> bool:
+        """Room for the next save, counting a save under way as already placed (the sample
+        may fall in the middle of one that fits)."""
+        pending = ckpt_store.in_progress_bytes(self.config.root)
+        total, _, _ = ckpt_store.disk_usage(self.config.root)
+        settled = percent - (100.0 * pending / total if total else 0.0)
+        return settled < ACT_AT and free + pending >= self.last_size * HEADROOM
+
+
+def _remove(path: Path) -> None:
+    """Marker first: a crash half-way through leaves an incomplete folder, never a
+    'complete' checkpoint with files missing."""
+    (path / ckpt_store.MARKER).unlink(missing_ok=True)
+    for folder, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            os.unlink(os.path.join(folder, name))
+        for name in dirs:
+            os.rmdir(os.path.join(folder, name))
+    os.rmdir(path)
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.2f} GiB"
+
+
+def run_in_thread(watcher: Watcher, done: threading.Event) -> threading.Thread:
+    """Look every interval until `done`, then the final pass."""
+
+    def loop() -> None:
+        while not done.wait(watcher.config.interval_s):
+            try:
+                watcher.tick()
+            except Exception as err:
+                watcher.say(f"checkpoint watcher: {type(err).__name__}: {err}")
+        try:
+            watcher.finish()
+        except Exception as err:
+            watcher.say(f"checkpoint watcher (final pass): {type(err).__name__}: {err}")
+
+    thread = threading.Thread(target=loop, name="gpujob-ckpt", daemon=False)
+    thread.start()
+    return thread
