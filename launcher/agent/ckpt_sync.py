@@ -279,7 +279,7 @@ def main(argv: list[str]) -> int:
         else:
             moved = pull(args.source, Path(args.dest), rc, latest=args.latest, step=args.step)
     except SyncError as err:
-        sys.stderr.write(f"sync: {err}\n")
+        print(f"error: {err}")  # stdout: the caller turns it into its one-line error
         return 1
     report = {
         "direction": args.direction,

@@ -133,10 +133,11 @@ def _run(
         result = where.conn.run(argv, stream=True)
     finally:
         where.conn.run(["rm", "-f", env_file])
-    sys.stdout.write(result.stdout)
     if not result.ok:
+        said = [line[7:] for line in result.stdout.splitlines() if line.startswith("error: ")]
         raise GpujobError(
-            f"sync-ckpt {direction} {path} failed (rclone's last lines are above)",
-            "re-run it: copies resume and only complete checkpoints move",
+            f"sync-ckpt {direction} {path}: {said[-1] if said else 'failed'}",
+            "re-run it: copies resume, and only complete checkpoints ever move",
         )
+    sys.stdout.write(result.stdout)
     return 0

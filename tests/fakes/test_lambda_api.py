@@ -130,14 +130,17 @@ def test_capacity_is_consumed_and_sold_out_is_400(lam: requests.Session,
     launched(lam)
     reply = launch(lam)
     assert reply.status_code == 400
-    assert error_of(reply) == {"code": "instance-operations/launch/insufficient-capacity",
-                               "message": "Not enough capacity to fulfill launch request."}
+    assert error_of(reply) == {
+        "code": "instance-operations/launch/insufficient-capacity",
+        "message": "Not enough capacity to fulfill launch request.",
+    }
     listed = lam.get(url(lam, "/instance-types")).json()["data"][TYPE]
     assert REGION not in [r["name"] for r in listed["regions_with_capacity_available"]]
 
 
-def test_capacity_race_lists_a_region_that_launch_refuses(lam: requests.Session,
-                                                          lambda_fake: RunningFake) -> None:
+def test_capacity_race_lists_a_region_that_launch_refuses(
+    lam: requests.Session, lambda_fake: RunningFake
+) -> None:
     add_key(lam)
     lambda_fake.control.capacity([TYPE], [REGION], count=0, race=True)
     listed = lam.get(url(lam, "/instance-types")).json()["data"][TYPE]

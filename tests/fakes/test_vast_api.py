@@ -117,7 +117,10 @@ def test_create_loads_then_runs_with_ssh_fields(vast: requests.Session,
     first = show(vast, instance_id)
     assert first is not None
     assert (first["actual_status"], first["intended_status"], first["cur_state"]) == (
-        "loading", "running", "running")
+        "loading",
+        "running",
+        "running",
+    )
     assert first["ports"] is None
     assert first["ssh_host"].startswith("127.0.100.") and first["ssh_port"] > 0
     show(vast, instance_id)
@@ -223,7 +226,10 @@ def test_stop_start_label_and_injected_states(vast: requests.Session,
     stopped = show(vast, instance_id)
     assert stopped is not None
     assert (stopped["actual_status"], stopped["cur_state"], stopped["ports"]) == (
-        "stopped", "stopped", None)
+        "stopped",
+        "stopped",
+        None,
+    )
     vast.put(url(vast, f"/instances/{instance_id}/"), json={"state": "running", "label": "x"})
     shown = show(vast, instance_id)
     assert shown is not None and (shown["actual_status"], shown["label"]) == ("running", "x")
@@ -238,8 +244,9 @@ def test_stop_start_label_and_injected_states(vast: requests.Session,
     assert {shown["intended_status"], shown["cur_state"], shown["next_state"]} == {"stopped"}
 
 
-def test_instance_key_may_destroy_only_its_own_instance(vast: requests.Session,
-                                                        vast_fake: RunningFake) -> None:
+def test_instance_key_may_destroy_only_its_own_instance(
+    vast: requests.Session, vast_fake: RunningFake
+) -> None:
     reply = vast.put(url(vast, "/asks/12345604/"), json={"image": IMAGE}).json()
     own = {"Authorization": f"Bearer {reply['instance_api_key']}"}
     other = create(vast)
@@ -251,7 +258,8 @@ def test_instance_key_may_destroy_only_its_own_instance(vast: requests.Session,
 def test_ssh_keys_account_and_instance(vast: requests.Session, vast_fake: RunningFake) -> None:
     added = vast.post(url(vast, "/ssh/"), json={"ssh_key": "ssh-ed25519 AAAA one"}).json()["key"]
     assert [k["public_key"] for k in vast.get(url(vast, "/ssh/")).json()] == [
-        "ssh-ed25519 AAAA one"]
+        "ssh-ed25519 AAAA one"
+    ]
     instance_id = create(vast)
     vast.post(url(vast, f"/instances/{instance_id}/ssh/"), json={"ssh_key": "ssh-ed25519 AAAA two"})
     backend = vast_fake.api.books.backend
@@ -262,8 +270,9 @@ def test_ssh_keys_account_and_instance(vast: requests.Session, vast_fake: Runnin
     assert vast.delete(url(vast, f"/ssh/{added['id']}/")).status_code == 404
 
 
-def test_taken_offer_is_no_such_ask_and_cancel_unavail_is_410(vast: requests.Session,
-                                                               vast_fake: RunningFake) -> None:
+def test_taken_offer_is_no_such_ask_and_cancel_unavail_is_410(
+    vast: requests.Session, vast_fake: RunningFake
+) -> None:
     vast_fake.control.call("POST", "offers", {"take": [12345605]})
     assert vast.put(url(vast, "/asks/12345605/"), json={"image": IMAGE}).status_code == 404
     gone = vast.put(url(vast, "/asks/12345605/"), json={"image": IMAGE, "cancel_unavail": True})

@@ -74,6 +74,7 @@ class Forward:
         self.target = target_port
         self.port = free_port()
         self.conns: list[socket.socket] = []
+        self.accepted = 0
         self.listener: socket.socket | None = None
         self.start()
 
@@ -91,6 +92,7 @@ class Forward:
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.accepted += 1
             self.conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
