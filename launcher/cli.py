@@ -81,7 +81,7 @@ def status(as_json: bool, limit: int) -> None:
     if not rows:
         click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
         return
-    columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "last_line")
+    columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
     click.echo(table(rows, columns))
 
 

@@ -301,9 +301,24 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
                 "id": job.id, "name": job.name, "state": state, "exit_code": code,
                 "nodes": len(job.node_dirs), "provider": job.provider,
                 "runtime_s": round(runtime_s, 1), "last_line": job.last_line or "",
+                "warning": _care_warning(job),
             }
         )  # fmt: skip
     return rows
+
+
+def _care_warning(job: JobRecord) -> str:
+    """The agent's disk warning or the reason it stopped the job (checkpoint care)."""
+    if job.provider != "local":
+        return ""
+    from launcher.agent.agent import status_of
+
+    for node_dir in job.node_dirs:
+        status = status_of(Path(node_dir))
+        text = status.get("stopped_reason") or (status.get("disk") or {}).get("warning")
+        if text:
+            return str(text)
+    return ""
 
 
 def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:

@@ -77,6 +77,37 @@ def storage_tree(remote: str, depth: int, spec: str | None) -> None:
         click.echo(line)
 
 
+@storage.command("rclone-config")
+@click.argument("remote", metavar="REMOTE")
+@click.option("--write", "out", type=click.Path(dir_okay=False), help="Write rclone.conf here.")
+@click.option("--dry-run", is_flag=True, help="Show what --write would write; write nothing.")
+@click.option("--spec", type=click.Path(dir_okay=False), help="Also a job spec's remotes.")
+def storage_rclone_config(remote: str, out: str | None, dry_run: bool, spec: str | None) -> None:
+    """The remote as rclone sees it: env var names by default (values of keys as ***), or an
+    rclone.conf of mode 0600 with --write (values rclone would alter are refused)."""
+    from pathlib import Path
+
+    from launcher.storage import rclone_config
+    from launcher.storage.remotes import credentials
+
+    path = _path(remote, spec)
+    creds = credentials(path.remote)
+    secret = set(creds.values())
+    if out is None:
+        for key, value in rclone_config.env_vars(path.remote, creds).items():
+            click.echo(f"{key}={'***' if value in secret else value}")
+        return
+    text = rclone_config.conf_text(path.remote, creds)
+    if dry_run:
+        for line in text.splitlines():
+            key, _, value = line.partition(" = ")
+            click.echo(f"{key} = ***" if value in secret else line)
+        click.echo(f"# would write {out} (mode 0600)", err=True)
+        return
+    rclone_config.write_conf(Path(out), text)
+    click.echo(f"wrote {out} (mode 0600); use it with: rclone --config {out} ...", err=True)
+
+
 @click.command("sync-ckpt")
 @click.argument("job", required=False)
 @click.option(

@@ -188,13 +188,20 @@ class S3Remote(StrictModel):
     provider: Literal["AWS", "Other", "Minio", "Cloudflare", "Lambda"] = "AWS"
     endpoint: str | None = None
     region: str | None = None
-    bucket: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,62}$")
+    bucket: str = Field(description="The bucket (Lambda: the filesystem's UUID).")
     access_key_env: str | None = None
     secret_key_env: str | None = None
     profile: str | None = None
     ca_bundle: str | None = Field(
         default=None, description="PEM CA bundle for an https endpoint; default AWS_CA_BUNDLE."
     )
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str) -> str:
+        if not re.match(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", value):
+            raise ValueError("a bucket name is 3 to 63 of a-z, 0-9, `.` and `-`, no prefix")
+        return value
 
     @field_validator("endpoint", "region", "profile", "ca_bundle")
     @classmethod

@@ -56,7 +56,7 @@ def _where(remote: Remote) -> str:
 def _explain(remote: Remote, err: Exception, doing: str) -> RemoteUnreachable:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    hint = f"check the remote in {remote.where}; `gpujob storage check {remote.name}:` retries"
+    hint = f"check the remote in {remote.where}, then `gpujob storage check {remote.name}`"
     if isinstance(err, ClientError):
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         code = err.response.get("Error", {}).get("Code", "")
