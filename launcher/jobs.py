@@ -76,10 +76,10 @@ def submit(options: SubmitOptions) -> int:
     if options.dry_run:
         sys.stdout.write(plan_json(plan) if options.as_json else plan_text(plan))
         return 0
-    from launcher.storage.preflight import check_before_start
+    from launcher.storage.preflight import check_before_start, env_dir
 
     try:
-        check_before_start(loaded, plan, connections, say)
+        check_before_start(loaded, plan, env_dir(target, image), connections, say)
         return _start(options, plan, loaded, connections, host_records)
     finally:
         for conn in connections.values():

@@ -117,6 +117,9 @@ def storage_rclone_config(remote: str, out: str | None, dry_run: bool, spec: str
 @click.option("--dest", type=click.Path(file_okay=False), help="With --from: the folder to fill.")
 @click.option("--latest", is_flag=True, help="Only the newest complete checkpoint.")
 @click.option("--step", type=click.IntRange(min=0), help="Only the checkpoint of this step.")
+@click.option(
+    "--on", metavar="HOST", help="With --from: pull onto this SSH host (--dest is there)."
+)
 @click.option("--dry-run", is_flag=True, help="Print the rclone commands; move nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def sync_ckpt(**kwargs: object) -> None:
@@ -127,4 +130,6 @@ def sync_ckpt(**kwargs: object) -> None:
 
     if kwargs["latest"] and kwargs["step"] is not None:
         raise UsageError("give --latest or --step N, not both")
+    if kwargs["on"] and not kwargs["source"]:
+        raise UsageError("--on HOST goes with --from (a push runs on the job's own host)")
     sys.exit(run_sync(SyncRequest(**kwargs)))  # type: ignore[arg-type]

@@ -187,6 +187,11 @@ class S3Remote(StrictModel):
 
     provider: Literal["AWS", "Other", "Minio", "Cloudflare", "Lambda"] = "AWS"
     endpoint: str | None = None
+    host_endpoint: str | None = Field(
+        default=None,
+        description="The endpoint as the job's hosts reach it, when that differs from this "
+        "machine's (a private address; the lab's bridge).",
+    )
     region: str | None = None
     bucket: str = Field(description="The bucket (Lambda: the filesystem's UUID).")
     access_key_env: str | None = None
@@ -203,7 +208,7 @@ class S3Remote(StrictModel):
             raise ValueError("a bucket name is 3 to 63 of a-z, 0-9, `.` and `-`, no prefix")
         return value
 
-    @field_validator("endpoint", "region", "profile", "ca_bundle")
+    @field_validator("endpoint", "host_endpoint", "region", "profile", "ca_bundle")
     @classmethod
     def _literal(cls, value: str | None) -> str | None:
         if value is not None and UNSAFE_VALUE.search(value):
@@ -213,7 +218,7 @@ class S3Remote(StrictModel):
             )
         return value
 
-    @field_validator("endpoint")
+    @field_validator("endpoint", "host_endpoint")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^https?://[^/\s#;]+(/[^\s#;]*)?$", value):

@@ -68,17 +68,16 @@ def folder_bytes(path: Path) -> int:
 
 
 def disk_budget(loaded: LoadedSpec, job_root: str, environment_bytes: int = 0) -> Budget:
-    spec = loaded.spec
-    ckpt = spec.checkpoints
-    kept = (ckpt.keep_last or 1) + 1
     where = existing(Path(job_root))
+    return check_budget(loaded, shutil.disk_usage(where).free, str(where), environment_bytes)
+
+
+def check_budget(loaded: LoadedSpec, free: int, where: str, environment_bytes: int) -> Budget:
+    """Refuse, with the numbers, a job whose kept checkpoints cannot fit in `free`."""
+    ckpt = loaded.spec.checkpoints
+    kept = (ckpt.keep_last or 1) + 1
     budget = Budget(
-        ckpt.estimated_bytes,
-        kept,
-        folder_bytes(loaded.workdir),
-        environment_bytes,
-        shutil.disk_usage(where).free,
-        str(where),
+        ckpt.estimated_bytes, kept, folder_bytes(loaded.workdir), environment_bytes, free, where
     )
     if budget.needed > budget.free:
         field = "size_gb" if ckpt.size_gb is not None else "params"

@@ -1,6 +1,7 @@
 """Submit-time checks that need the outside world, each refusing before anything starts:
-the sync target resolves and answers (boto3 probe), the disk budget fits, and a LoRA merge
-does not land on a quantized base. Run from `jobs.submit`; the plan stays pure."""
+the sync target resolves and answers (from the machine that will sync: here for local jobs,
+the host for remote ones), the disk budget fits, and a LoRA merge does not land on a
+quantized base. Run from `jobs.submit`; the plan stays pure."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.plan.build import CheckpointSync
+from launcher.spec.load import LoadedSpec
 from launcher.storage import rclone_config
 from launcher.storage.remotes import RemotePath, all_remotes, credentials, parse_remote_path
 
@@ -17,7 +19,7 @@ ENVIRONMENT_GUESS = 3 << 30
 transformers measured 1.9 GiB here; CUDA builds are larger)."""
 
 
-def sync_target(loaded: Any) -> RemotePath | None:
+def sync_target(loaded: LoadedSpec) -> RemotePath | None:
     spec = loaded.spec
     if spec.checkpoints.sync_to is None:
         return None
@@ -26,40 +28,55 @@ def sync_target(loaded: Any) -> RemotePath | None:
     return parse_remote_path(spec.checkpoints.sync_to, remotes, where)
 
 
-def checkpoint_sync(loaded: Any) -> CheckpointSync | None:
+def checkpoint_sync(loaded: LoadedSpec, for_hosts: bool) -> CheckpointSync | None:
     """The plan's view of the sync target: rclone path and variables (keys resolved from the
     variables the remote names; nothing is contacted, so a dry run can call it)."""
     target = sync_target(loaded)
     if target is None:
         return None
-    env = rclone_config.env_vars(target.remote, credentials(target.remote))
-    return CheckpointSync(
-        rclone_path=rclone_config.rclone_path(target.remote, target.prefix), env=env
-    )
+    env = rclone_config.env_vars(target.remote, credentials(target.remote), for_hosts)
+    path = rclone_config.rclone_path(target.remote, target.prefix)
+    return CheckpointSync(rclone_path=path, env=env)
+
+
+def env_dir(target: Any, image: Any) -> str | None:
+    """The job environment gpujob creates on first use of these pins (bare runtime only)."""
+    if image is None or target.runtime != "bare":
+        return None
+    return f"{target.env_root}/{image.name}-{image.fingerprint}"
 
 
 def preflight(
-    loaded: Any, target: Any, image: Any, report: Callable[[str], None]
+    loaded: LoadedSpec, target: Any, image: Any, report: Callable[[str], None]
 ) -> CheckpointSync | None:
     """The checks that read only local files (so a dry run makes them too): merge guard, disk
-    budget, /dev/shm; then the sync target resolved for the plan."""
+    budget and /dev/shm of this machine for local jobs; then the sync target for the plan."""
     from launcher.storage.budget import disk_budget, shm_check
     from launcher.storage.merge_guard import check_merge
 
     check_merge(loaded)
-    environment = 0
-    if image is not None and target.runtime == "bare":
-        env_dir = Path(target.env_root) / f"{image.name}-{image.fingerprint}"
-        environment = 0 if env_dir.exists() else ENVIRONMENT_GUESS
-    budget = disk_budget(loaded, target.job_root, environment)
-    if loaded.spec.checkpoints.estimated_bytes is not None:
-        report(budget.line())
-    shm_check(loaded)
-    return checkpoint_sync(loaded)
+    if target.provider == "local":
+        folder = env_dir(target, image)
+        environment = ENVIRONMENT_GUESS if folder and not Path(folder).exists() else 0
+        budget = disk_budget(loaded, target.job_root, environment)
+        if loaded.spec.checkpoints.estimated_bytes is not None:
+            report(budget.line())
+        shm_check(loaded)
+    return checkpoint_sync(loaded, for_hosts=target.provider != "local")
 
 
-def check_before_start(loaded: Any, report: Callable[[str], None]) -> None:
-    """The S3 probe: refused here, before any file reaches a host, with the remote named."""
+def check_before_start(
+    loaded: LoadedSpec,
+    plan: Any,
+    environment: str | None,
+    connections: dict[str, Any],
+    report: Callable[[str], None],
+) -> None:
+    """Before any file reaches a host: the S3 probe (refused with the remote named) and, for
+    a remote host, the disk budget measured there."""
+    if plan.provider != "local":
+        _remote_host_checks(loaded, plan, environment, connections, report)
+        return
     from launcher.storage.s3 import RemoteUnreachable, check
 
     target = sync_target(loaded)
@@ -72,6 +89,44 @@ def check_before_start(loaded: Any, report: Callable[[str], None]) -> None:
             f"checkpoints.sync_to {target}: {err.message}; the job was not started", err.hint
         ) from None
     report(f"sync target {target}: bucket {result.bucket} reachable, write probe ok")
-    note = rclone_config.ca_bundle(target.remote)
-    if note:
-        report(f"rclone gets the CA bundle {note} as RCLONE_CA_CERT (AWS_CA_BUNDLE unset for it)")
+    bundle = rclone_config.ca_bundle(target.remote)
+    if bundle:
+        report(f"rclone gets the CA bundle {bundle} as RCLONE_CA_CERT (AWS_CA_BUNDLE unset for it)")
+
+
+def _remote_host_checks(
+    loaded: LoadedSpec,
+    plan: Any,
+    environment: str | None,
+    connections: dict[str, Any],
+    report: Callable[[str], None],
+) -> None:
+    from launcher.storage import on_host
+    from launcher.storage.budget import check_budget
+    from launcher.storage.s3 import RemoteUnreachable
+
+    node = plan.nodes[0]
+    conn = connections[node.host]
+    job_root = str(Path(node.job_dir).parent)
+    free, env_ready, where = on_host.free_space(conn, job_root, environment or "")
+    to_create = ENVIRONMENT_GUESS if environment and not env_ready else 0
+    budget = check_budget(loaded, free, f"{node.host}:{where}", to_create)
+    if loaded.spec.checkpoints.estimated_bytes is not None:
+        report(budget.line())
+    target = sync_target(loaded)
+    if target is None:
+        return
+    env = rclone_config.env_vars(target.remote, credentials(target.remote), for_hosts=True)
+    bucket = rclone_config.rclone_path(target.remote, "")
+    failed = on_host.probe(
+        conn, env, bucket, rclone_config.rclone_path(target.remote, target.prefix), node.job_dir
+    )
+    if failed:
+        raise RemoteUnreachable(
+            f"checkpoints.sync_to {target}: from {node.host}, remote {target.remote.name} "
+            f"({target.remote.model.host_endpoint or target.remote.model.endpoint}, bucket "
+            f"{target.remote.model.bucket}): {failed}; the job was not started",
+            f"check the remote in {target.remote.where} (`host_endpoint` if the host reaches "
+            "S3 at another address)",
+        )
+    report(f"sync target {target}: reachable from {node.host}, write probe ok")

@@ -35,7 +35,8 @@ def rclone_path(remote: Remote, prefix: str) -> str:
     return f"{rclone_name(remote)}:{remote.model.bucket}" + (f"/{tail}" if tail else "")
 
 
-def options(remote: Remote, creds: dict[str, str]) -> dict[str, str]:
+def options(remote: Remote, creds: dict[str, str], for_hosts: bool = False) -> dict[str, str]:
+    """`for_hosts`: rclone runs on a job's host, which may reach S3 at another address."""
     model = remote.model
     opts = {"type": "s3", "provider": PROVIDER[model.provider]}
     if creds:
@@ -44,31 +45,38 @@ def options(remote: Remote, creds: dict[str, str]) -> dict[str, str]:
         opts["env_auth"] = "true"
     if model.region:
         opts["region"] = model.region
-    if model.endpoint:
-        opts["endpoint"] = model.endpoint
+    endpoint = (model.host_endpoint or model.endpoint) if for_hosts else model.endpoint
+    if endpoint:
+        opts["endpoint"] = endpoint
     if model.provider != "AWS":
         opts["force_path_style"] = "true"
     opts["no_check_bucket"] = "true"
     return opts
 
 
-def ca_bundle(remote: Remote, environ: dict[str, str] | None = None) -> str | None:
+def ca_bundle(
+    remote: Remote, environ: dict[str, str] | None = None, for_hosts: bool = False
+) -> str | None:
     """The CA bundle rclone should get as --ca-cert, or None for an http endpoint.
 
     rclone 1.60 fails every S3 call while AWS_CA_BUNDLE is set (`LoadCustomCABundleError`),
     so gpujob drops that variable for rclone and passes the same bundle rclone's way."""
     env = os.environ if environ is None else environ
-    endpoint = remote.model.endpoint or "https://"
+    model = remote.model
+    endpoint = ((model.host_endpoint if for_hosts else None) or model.endpoint) or "https://"
     if endpoint.startswith("http://"):
         return None
-    return remote.model.ca_bundle or env.get("AWS_CA_BUNDLE") or None
+    if for_hosts:
+        return model.ca_bundle  # this machine's AWS_CA_BUNDLE path means nothing on a host
+    return model.ca_bundle or env.get("AWS_CA_BUNDLE") or None
 
 
-def env_vars(remote: Remote, creds: dict[str, str]) -> dict[str, str]:
+def env_vars(remote: Remote, creds: dict[str, str], for_hosts: bool = False) -> dict[str, str]:
     """Variables for the rclone child process (never exported into a shell or a log)."""
     head = f"RCLONE_CONFIG_{rclone_name(remote).upper()}_"
-    env = {f"{head}{key.upper()}": value for key, value in options(remote, creds).items()}
-    bundle = ca_bundle(remote)
+    opts = options(remote, creds, for_hosts)
+    env = {f"{head}{key.upper()}": value for key, value in opts.items()}
+    bundle = ca_bundle(remote, for_hosts=for_hosts)
     if bundle:
         env["RCLONE_CA_CERT"] = bundle
     if remote.model.profile:

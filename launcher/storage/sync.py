@@ -31,16 +31,18 @@ class SyncRequest:
     step: int | None = None
     dry_run: bool = False
     as_json: bool = False
+    on: str | None = None
 
 
 @dataclass(frozen=True)
 class Where:
-    """The host side of a sync: how to reach it and where things are there."""
+    """The side of a sync that holds the checkpoints: how to reach it and where things are."""
 
     conn: Connection
     python: str
     module: str
     scratch: str
+    remote_host: bool = False
 
 
 def _local() -> Where:
@@ -52,23 +54,40 @@ def _local() -> Where:
     return Where(LocalConnection(), sys.executable, module, str(config_dir() / "tmp"))
 
 
+def _on_host(name: str) -> Where:
+    """`--on HOST`: the sync modules shipped to ~/.gpujob/bin there (they are small)."""
+    from launcher.agent import CHECKPOINT_SOURCES
+    from launcher.providers import ssh as ssh_hosts
+
+    conn = ssh_hosts.connect(ssh_hosts.resolve_host(name))
+    home, _ = ssh_hosts.host_facts(conn)
+    folder = f"{home}/.gpujob/bin"
+    for source in CHECKPOINT_SOURCES:
+        conn.put_file(source, f"{folder}/{PurePosixPath(source).name}", 0o644)
+    return Where(conn, "python3", f"{folder}/ckpt_sync.py", folder, remote_host=True)
+
+
 def _job_side(job: Any) -> tuple[Where, dict[str, Any]]:
-    """The job's first node (the one that holds the checkpoints on its host)."""
-    if job.provider != "local":
-        raise UsageError(
-            f"job {job.id} runs on {job.provider}; sync-ckpt reaches only local jobs until SSH "
-            "hosts land",
-            "run `gpujob sync-ckpt --from REMOTE:prefix --dest DIR` meanwhile",
-        )
-    node_dir = Path(job.node_dirs[0])
-    care = json.loads((node_dir / "job.json").read_text()).get("checkpoints") or {}
+    """The job's first node: it holds the checkpoints on its host, and ckpt_sync.py is
+    already there beside the agent."""
+    from launcher.storage.on_host import read_json
+
+    node_dir = PurePosixPath(job.node_dirs[0])
+    module = str(node_dir.parent / "ckpt_sync.py")
+    if job.provider == "local":
+        local = _local()
+        where = Where(local.conn, local.python, module, str(node_dir))
+    elif job.provider == "ssh":
+        from launcher.providers import ssh as ssh_hosts
+
+        conn = ssh_hosts.connect(ssh_hosts.HostEntry.from_record(job.hosts[0]))
+        where = Where(conn, "python3", module, str(node_dir), remote_host=True)
+    else:
+        raise UsageError(f"job {job.id} runs on {job.provider}, which sync-ckpt cannot reach yet")
+    care = read_json(where.conn, str(node_dir / "job.json")).get("checkpoints") or {}
     if not care:
         raise UsageError(f"job {job.id} was submitted before checkpoint care existed")
-    where = _local()
-    module = str(node_dir.parent / "ckpt_sync.py")
-    return Where(
-        where.conn, where.python, module if Path(module).exists() else where.module, str(node_dir)
-    ), care
+    return where, care
 
 
 def _remote_path(text: str, job_spec: str | None, flag: str) -> RemotePath:
@@ -87,12 +106,14 @@ def sync_ckpt(request: SyncRequest) -> int:
         if not request.dest:
             raise UsageError("--from needs --dest DIR (where the checkpoint goes)")
         path = _remote_path(request.source, None, "--from")
+        where = _on_host(request.on) if request.on else _local()
+        dest = request.dest if request.on else str(Path(request.dest).resolve())
         return _run(
-            _local(),
+            where,
             "pull",
             path,
             rclone_config.rclone_path(path.remote, path.prefix),
-            str(Path(request.dest).resolve()),
+            dest,
             request,
         )
     if not request.job:
@@ -122,7 +143,7 @@ def _run(
 ) -> int:
     from launcher.storage.remotes import credentials
 
-    env = rclone_config.env_vars(path.remote, credentials(path.remote))
+    env = rclone_config.env_vars(path.remote, credentials(path.remote), where.remote_host)
     env_file = str(PurePosixPath(where.scratch) / f".gpujob-sync-{secrets.token_hex(4)}.json")
     argv = [where.python, where.module, direction, source, dest, "--env-file", env_file]
     argv += ["--latest"] if request.latest else []
@@ -133,6 +154,7 @@ def _run(
         result = where.conn.run(argv, stream=True)
     finally:
         where.conn.run(["rm", "-f", env_file])
+        where.conn.close()
     if not result.ok:
         said = [line[7:] for line in result.stdout.splitlines() if line.startswith("error: ")]
         raise GpujobError(

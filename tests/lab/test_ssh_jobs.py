@@ -354,3 +354,79 @@ def wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError("condition not met in time")
+
+
+def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byte(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost, lab: None
+) -> None:
+    """Issue 7's must-show: rclone runs on the host (S3 at the bridge address), the bucket
+    holds only complete checkpoints, and a pull into a fresh folder here, and onto the host
+    with --on, reproduces the host's latest checkpoint."""
+    from infra.lab import s3
+
+    bucket = s3.create_bucket()
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "config.yaml").write_text(
+        f"remotes:\n  lab:\n    provider: Other\n    endpoint: {s3.endpoint()}\n"
+        f"    host_endpoint: {s3.endpoint(for_hosts=True)}\n    bucket: {bucket}\n"
+        "    access_key_env: GJ_LAB_KEY\n    secret_key_env: GJ_LAB_SECRET\n"
+    )
+    env = dict(
+        env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY, GJ_LAB_SECRET=s3.SECRET_KEY
+    )
+    run = subprocess.run(
+        [
+            GPUJOB,
+            "submit",
+            "jobs/quickstart.yaml",
+            "--on",
+            "lab",
+            "--job-id",
+            "qs-s3",
+            "--set",
+            "checkpoints.sync_to=lab:runs/qs",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    assert b"reachable from lab, write probe ok" in run.stderr
+    assert b"[gpujob-agent] synced" in run.stdout
+    host_ckpts = ssh_host.root / ".gpujob" / "jobs" / "qs-s3" / "checkpoints"
+    assert sorted(p.name for p in host_ckpts.iterdir()) == ["checkpoint-40", "checkpoint-60"]
+
+    tree = gpujob(env, "storage", "tree", "lab:runs/qs", "--depth", "1")
+    listed = tree.stdout.decode().splitlines()[1:]
+    assert listed and all(line.endswith("  complete") for line in listed), tree.stdout
+
+    def files(path: Path) -> dict[str, bytes]:
+        return {
+            p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()
+        }
+
+    fresh = tmp_path / "fresh"
+    pulled = gpujob(env, "sync-ckpt", "--from", "lab:runs/qs", "--latest", "--dest", str(fresh))
+    assert pulled.returncode == 0, pulled.stderr.decode()[-2000:]
+    assert files(fresh / "checkpoint-60") == files(host_ckpts / "checkpoint-60")
+
+    onto = gpujob(
+        env,
+        "sync-ckpt",
+        "--from",
+        "lab:runs/qs",
+        "--latest",
+        "--dest",
+        "/root/restored",
+        "--on",
+        "lab",
+    )
+    assert onto.returncode == 0, onto.stderr.decode()[-2000:]
+    restored = ssh_host.root / "restored" / "checkpoint-60"
+    assert files(restored) == files(host_ckpts / "checkpoint-60")
+
+    pushed = gpujob(env, "sync-ckpt", "qs-s3", "--json")
+    assert pushed.returncode == 0, pushed.stderr.decode()[-2000:]
+    assert all(c["skipped"] for c in json.loads(pushed.stdout)["checkpoints"])

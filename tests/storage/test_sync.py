@@ -104,6 +104,12 @@ def test_pull_latest_reproduces_it_byte_for_byte_and_skips_incomplete(gpujob, re
     assert "INCOMPLETE" in lines["checkpoint-30"]
 
     dest = tmp_path / "fresh"
+    planned = gpujob("sync-ckpt", "--from", "t:run", "--latest", "--dest", str(dest), "--dry-run")
+    assert planned.exit_code == 0, planned.stderr
+    assert (
+        "rclone copy gpujob_t:" in planned.stdout and "checkpoint-20: 0 file(s)" in planned.stdout
+    )
+    assert "rclone check" in planned.stdout and not dest.exists()
     pulled = gpujob("sync-ckpt", "--from", "t:run", "--latest", "--dest", str(dest), "--json")
     assert pulled.exit_code == 0, pulled.stderr
     assert [c["name"] for c in json.loads(pulled.stdout)["checkpoints"]] == ["checkpoint-20"]
