@@ -163,7 +163,11 @@ def supervise(node_dir: Path) -> int:
     }
     write_json(node_dir / STATUS, status)
     signal.signal(signal.SIGTERM, lambda *_: _forward(job.pid, signal.SIGTERM))
-    watch = _checkpoint_watch(node_dir, config, job.pid, status, env)
+    try:
+        watch = _checkpoint_watch(node_dir, config, job.pid, status, env)
+    except Exception as err:  # the job runs on without checkpoint care, and says so
+        log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
+        watch = None
     code = _wait(job, node_dir, status)
     if watch is not None:
         watch[0].set()

@@ -172,7 +172,10 @@ def push(
     names: list[str] | None = None,
 ) -> list[Moved]:
     local = {c.name: c for c in ckpt_store.complete(root)}
-    wanted = names if names is not None else choose(list(local), latest, step, str(root))
+    if names is not None:
+        wanted = [n for n in names if n in local]  # the program may have deleted some since
+    else:
+        wanted = choose(list(local), latest, step, str(root))
     there = remote_markers(rc, remote)
     moved, todo = [], []
     for name in wanted:

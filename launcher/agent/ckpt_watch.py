@@ -159,7 +159,7 @@ class Watcher:
         rc = ckpt_sync.Rclone(self.env, log=self.log_fd)
         try:
             ckpt_sync.push(self.config.root, self.config.sync_to, rc, names=todo)
-        except ckpt_sync.SyncError as err:
+        except (ckpt_sync.SyncError, OSError) as err:
             self.sync_failures += 1
             self.say(
                 f"sync of {', '.join(todo)} to {self.config.sync_to} failed: {err}; "
