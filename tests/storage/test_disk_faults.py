@@ -25,7 +25,7 @@ def test_keep_last_two_runs_twenty_200mb_saves_on_1gib_without_enospc(small_fs, 
 
 
 def test_retention_off_is_stopped_at_95_percent_with_the_last_checkpoint_synced(
-    small_fs, agent_job, remote
+    small_fs, agent_job, remote, gpujob
 ):
     disk = small_fs("256M")
     ckpt = disk / "checkpoints"
@@ -72,4 +72,15 @@ def test_retention_off_is_stopped_at_95_percent_with_the_last_checkpoint_synced(
     for name, size in marker["files"].items():
         assert keys[f"run/{latest.name}/{name}"] == size
     assert "disk warning" in job.log and status["disk"]["warning"]
+
+    from launcher.state.db import JobRecord, StateDB
+
+    StateDB().add_job(JobRecord(
+        id="full", name="full", spec_path="-", provider="local", runtime="bare", hosts=["local"],
+        node_dirs=[str(job.node_dir)], state="failed", exit_code=1, created_at=0.0,
+        ended_at=1.0, last_line=None,
+    ))  # fmt: skip
+    rows = json.loads(gpujob("status", "--json").stdout)
+    assert rows[0]["warning"] == status["reason"]
+    assert "stopped by gpujob: checkpoint disk" in gpujob("status").stdout
     shutil.rmtree(ckpt)
