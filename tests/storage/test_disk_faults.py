@@ -80,7 +80,7 @@ def test_retention_off_is_stopped_at_95_percent_with_the_last_checkpoint_synced(
         node_dirs=[str(job.node_dir)], state="failed", exit_code=1, created_at=0.0,
         ended_at=1.0, last_line=None,
     ))  # fmt: skip
-    rows = json.loads(gpujob("status", "--json").stdout)
+    rows = json.loads(gpujob("status", "--json").stdout)["jobs"]
     assert rows[0]["warning"] == status["reason"]
     assert "stopped by gpujob: checkpoint disk" in gpujob("status").stdout
     shutil.rmtree(ckpt)
