@@ -23,9 +23,9 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -113,13 +113,6 @@ class Rclone:
             detail = f": {tail[0]}" if tail else " (its output is above)"
             raise SyncError(f"rclone {what} failed with exit {done.returncode}{detail}")
         return done.stdout or ""
-
-
-def _filter_file(lines: list[str]) -> str:
-    fd, path = tempfile.mkstemp(prefix="gpujob-filter-", suffix=".txt")
-    with os.fdopen(fd, "w") as handle:
-        handle.write("\n".join(lines) + "\n")
-    return path
 
 
 def remote_markers(rc: Rclone, remote: str) -> dict[str, str]:
@@ -216,33 +209,18 @@ def pull(
     return moved
 
 
+def _filters(rules: list[str]) -> list[str]:
+    """Inline `--filter` flags (first match wins), so a dry run shows every rule."""
+    return [arg for rule in rules for arg in ("--filter", rule)]
+
+
 def _transfer(rc: Rclone, source: str, dest: str, names: list[str]) -> None:
     marker = ckpt_store.MARKER
-    data = _filter_file([f"- /*/{marker}", *(f"+ /{n}/**" for n in names), "- **"])
-    markers = _filter_file([*(f"+ /{n}/{marker}" for n in names), "- **"])
-    try:
-        rc.run("copy", source, dest, *TUNED, "--filter-from", data, what=f"copy to {dest}")
-        rc.run(
-            "check",
-            source,
-            dest,
-            "--one-way",
-            "--filter-from",
-            data,
-            what=f"check of {dest} against {source}",
-        )
-        rc.run(
-            "copy",
-            source,
-            dest,
-            *TUNED,
-            "--filter-from",
-            markers,
-            what=f"copy of the completion markers to {dest}",
-        )
-    finally:
-        Path(data).unlink(missing_ok=True)
-        Path(markers).unlink(missing_ok=True)
+    data = _filters([f"- /*/{marker}", *(f"+ /{n}/**" for n in names), "- **"])
+    markers = _filters([*(f"+ /{n}/{marker}" for n in names), "- **"])
+    rc.run("copy", source, dest, *TUNED, *data, what=f"copy to {dest}")
+    rc.run("check", source, dest, "--one-way", *data, what=f"check of {dest} against {source}")
+    rc.run("copy", source, dest, *TUNED, *markers, what=f"copy of the markers to {dest}")
 
 
 def main(argv: list[str]) -> int:
@@ -277,7 +255,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(report, indent=2))
     else:
         for argv_ in rc.planned:
-            print(" ".join(argv_))
+            print(shlex.join(argv_))
         for m in moved:
             state = "already there" if m.skipped else ("planned" if args.dry_run else "verified")
             print(f"{m.name}: {m.files} file(s), {m.bytes} bytes, {state}")
