@@ -21,12 +21,31 @@ PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-
 HOST_IMAGE = "host"
 
 
+class DeepSpeed(StrictModel):
+    """DeepSpeed is sdist-only on PyPI: an image takes it only as a prebuilt wheel, so no op is
+    compiled at install or JIT-compiled by 8 ranks at once at start (seed 001)."""
+
+    version: str
+    wheel: str | None = Field(default=None, description="URL or path of a prebuilt wheel.")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    ops: list[str] = Field(default_factory=list, description="Ops prebuilt into that wheel.")
+
+
 class ImageDefinition(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     base: str = Field(description="Base image: a CUDA image tag, or the lab base in tests.")
+    base_python: str | None = Field(
+        default=None,
+        pattern=r"^3\.[0-9]+$",
+        description="The base image's Python, when the catalog does not know the base.",
+    )
     python: str = Field(default="3.11", pattern=r"^3\.[0-9]+$")
     torch: str = Field(description="Exact torch version, e.g. 2.13.0.")
     cuda: str = Field(default="cpu", pattern=r"^(cpu|cu[0-9]{3})$")
+    torchvision: str | None = None
+    torchaudio: str | None = None
+    flash_attn: str | None = Field(default=None, description="Exact flash-attn 2.x version.")
+    deepspeed: DeepSpeed | None = None
     requirements: list[str] = Field(default_factory=list, description="Exact `name==version`.")
 
     @field_validator("requirements")
@@ -39,14 +58,23 @@ class ImageDefinition(StrictModel):
 
     @property
     def pins(self) -> list[str]:
-        return [f"torch=={self.torch}", *self.requirements]
+        named = {
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+            "flash-attn": self.flash_attn,
+            "deepspeed": self.deepspeed.version if self.deepspeed else None,
+        }
+        extra = [f"{name}=={version}" for name, version in named.items() if version]
+        return [f"torch=={self.torch}", *extra, *self.requirements]
 
     @property
     def fingerprint(self) -> str:
-        """Stable short hash of everything that changes the environment."""
-        payload = json.dumps(
-            {"python": self.python, "cuda": self.cuda, "pins": self.pins}, sort_keys=True
-        )
+        """Stable short hash of everything that changes the environment (base included only
+        when set beyond the defaults, so existing environments keep their names)."""
+        data: dict[str, object] = {"python": self.python, "cuda": self.cuda, "pins": self.pins}
+        if self.deepspeed and self.deepspeed.ops:
+            data["deepspeed_ops"] = sorted(self.deepspeed.ops)
+        payload = json.dumps(data, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -75,12 +103,40 @@ def load_image_definition(reference: str, spec_dir: Path) -> ImageDefinition | N
             f"image `{reference}`: no definition {path or reference} found from {spec_dir}",
             f"known definitions: {', '.join(known)}" if known else "give a full image name",
         )
+    return load_definition_file(path)[0]
+
+
+def load_definition_file(path: Path) -> tuple[ImageDefinition, dict[str, int]]:
+    """The definition and the line of each top-level key and requirement (`requirements.3`),
+    so that a refusal can point at the line to change."""
     try:
-        data = yaml.safe_load(path.read_text())
-        return ImageDefinition.model_validate(data)
+        text = path.read_text()
+        data = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the image definition: {err.strerror}") from None
     except yaml.YAMLError as err:
         raise UsageError(f"{path}: YAML syntax error: {err}") from None
+    try:
+        return ImageDefinition.model_validate(data), lines
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(map(str, first["loc"]))
-        raise UsageError(f"{path}: {field}: {first['msg']}") from None
+        line = lines.get(field) or lines.get(str(first["loc"][0]) if first["loc"] else "", 0)
+        where = f"{path}:{line}" if line else str(path)
+        raise UsageError(f"{where}: {field}: {first['msg']}") from None
+
+
+def _key_lines(node: yaml.Node | None) -> dict[str, int]:
+    lines: dict[str, int] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for key, value in node.value:
+        lines[str(key.value)] = key.start_mark.line + 1
+        if isinstance(value, yaml.SequenceNode):
+            for index, item in enumerate(value.value):
+                lines[f"{key.value}.{index}"] = item.start_mark.line + 1
+        elif isinstance(value, yaml.MappingNode):
+            for sub, _ in value.value:
+                lines[f"{key.value}.{sub.value}"] = sub.start_mark.line + 1
+    return lines
