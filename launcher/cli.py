@@ -240,6 +240,10 @@ from launcher.storage_cmd import storage, sync_ckpt  # noqa: E402 - click only
 cli.add_command(storage)
 cli.add_command(sync_ckpt)
 
+from launcher.image_cmd import image  # noqa: E402 - click only
+
+cli.add_command(image)
+
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv

@@ -1,0 +1,136 @@
+"""What `gpujob image ...` runs: read a definition, resolve it, write or read its lock. The
+CLI only parses flags and prints; errors are GpujobError with the file, line and fix."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import GpujobError, UsageError
+from launcher.images import index, rules, wheelhouse
+from launcher.images.buildplan import BuildPlan, plan_build
+from launcher.images.catalog import CATALOG, Catalog, load_catalog
+from launcher.images.lock import Lock, parse_lock
+from launcher.images.resolve import Refused, pins_of, resolve
+from launcher.images.rules import Refusal, stack_of
+from launcher.spec.image import ImageDefinition, load_definition_file
+
+IMAGES = Path(__file__).resolve().parents[2] / "images"
+
+
+@dataclass(frozen=True)
+class Definition:
+    path: Path
+    definition: ImageDefinition
+    lines: dict[str, int]
+    text: str
+
+    def where(self, field: str) -> str:
+        line = self.lines.get(field) or self.lines.get(field.split(".")[0])
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+def definition_path(name: str, images: Path = IMAGES) -> Path:
+    path = Path(name) if name.endswith((".yaml", ".yml")) else images / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in images.glob("*.yaml")))
+        raise UsageError(f"image `{name}`: no definition {path}", f"known: {known}")
+    return path
+
+
+def read_definition(name: str, images: Path = IMAGES) -> Definition:
+    path = definition_path(name, images)
+    definition, lines = load_definition_file(path)
+    return Definition(path, definition, lines, path.read_text())
+
+
+def lock_for(
+    found: Definition, catalog: Catalog, sources: index.Sources, glibc: str = "2.28"
+) -> Lock:
+    """Resolve a definition against the catalog and the wheels `sources` offer."""
+    definition = found.definition
+    early = rules.check(definition, catalog)  # refused in a second, before any index is read
+    if early:
+        raise _refusal_error(found, early)
+    stack, _ = stack_of(definition)
+    pins = [(name, version) for _, name, version in pins_of(definition, stack)]
+    try:
+        local = [cache_dir() / "wheels", *wheelhouse.wheel_dirs()]
+        offered = index.offered(pins, sources, definition.python, glibc, local)
+    except index.IndexUnreachable as err:
+        raise GpujobError(
+            f"{found.path}: an index did not answer: {err}",
+            "check the network, or lock with --offline (local indexes only)",
+        ) from None
+    try:
+        return resolve(definition, catalog, offered, found.text, glibc)
+    except Refused as refused:
+        raise _refusal_error(found, refused.refusals) from None
+
+
+def _refusal_error(found: Definition, refusals: list[Refusal]) -> UsageError:
+    """One line: where, which field, what rule, the nearest pins; other rules by name."""
+    first, more = refusals[0], refusals[1:]
+    also = f" (also: {', '.join(r.rule for r in more)})" if more else ""
+    return UsageError(f"{found.where(first.field)}: {first.field}: {first.text()}{also}")
+
+
+def write_lock(name: str, offline: bool = False, images: Path = IMAGES) -> tuple[Path, Lock]:
+    found = read_definition(name, images)
+    sources = index.pip_sources()
+    lock = lock_for(
+        found, load_catalog(images / CATALOG.name), sources.offline() if offline else sources
+    )
+    path = found.path.with_suffix(".lock")
+    path.write_text(lock.to_text())
+    return path, lock
+
+
+def read_lock(name: str, images: Path = IMAGES) -> tuple[Path, Lock]:
+    path = definition_path(name, images).with_suffix(".lock")
+    if not path.is_file():
+        raise UsageError(f"{path}: no lock for image `{name}`", f"run: gpujob image lock {name}")
+    return path, parse_lock(path.read_text(), str(path))
+
+
+def cache_dir() -> Path:
+    """$GPUJOB_CACHE_DIR/images (or the user cache dir): wheels by sha256, build contexts."""
+    import os
+
+    from platformdirs import user_cache_dir
+
+    root = os.environ.get("GPUJOB_CACHE_DIR") or user_cache_dir("gpujob")
+    return Path(root) / "images"
+
+
+def build_image(
+    name: str,
+    push: str | None,
+    dry_run: bool,
+    report: Callable[[str], None],
+    no_cache: bool = False,
+    images: Path = IMAGES,
+) -> BuildPlan:
+    """Plan the build from the checked-in lock; unless dry_run, carry it out."""
+    path, lock = read_lock(name, images)
+    definition = read_definition(name, images)
+    if lock.definition_sha256 != hashlib.sha256(definition.text.encode()).hexdigest():
+        raise UsageError(
+            f"{path}: the lock is older than {definition.path}",
+            f"run: gpujob image lock {name}",
+        )
+    if lock.unknown_hashes and not dry_run:
+        raise GpujobError(
+            f"{path}: {len(lock.unknown_hashes)} wheel(s) have an unknown sha256 "
+            f"({lock.unknown_hashes[0]}, ...); refusing to build from wheels nobody verified",
+            "lock it where those indexes answer (gpujob image lock NAME), or add the hashes "
+            "to images/catalog.json known_wheels",
+        )
+    plan = plan_build(lock, load_catalog(images / CATALOG.name), push)
+    if not dry_run:
+        from launcher.images.docker_build import apply
+
+        apply(plan, lock, cache_dir(), report, no_cache=no_cache)
+    return plan

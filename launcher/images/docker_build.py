@@ -1,0 +1,120 @@
+"""Carry out a BuildPlan with the Docker SDK: verified wheelhouse, context, build (progress
+streamed), push. Registry credentials come from GPUJOB_REGISTRY_USER/_PASSWORD in the
+environment (CI secrets), never from a flag, and never enter the image."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import GpujobError
+from launcher.images import wheelhouse
+from launcher.images.buildplan import LOCK_LABEL, BuildPlan
+from launcher.images.lock import Lock
+
+
+def apply(
+    plan: BuildPlan,
+    lock: Lock,
+    cache: Path,
+    report: Callable[[str], None],
+    no_cache: bool = False,
+) -> str:
+    """Build (unless an image with this lock exists) and push; returns the pushed or local ref."""
+    client = _client()
+    if not no_cache and built_lock(client, plan.tag) == plan.lock_hash:
+        report(f"{plan.tag}: cached (image with lock {plan.lock_hash[:12]} exists)")
+    else:
+        wheels = wheelhouse.fetch(lock, cache, report)
+        context = Path(tempfile.mkdtemp(prefix="context-", dir=_mkdir(cache / "contexts")))
+        try:
+            _write_context(context, plan, wheels)
+            report(f"{plan.tag}: docker build ...")
+            _stream(
+                client.api.build(
+                    path=str(context),
+                    tag=plan.tag,
+                    labels=plan.labels,
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                    nocache=no_cache,
+                    pull=False,
+                ),
+                report,
+                "build",
+            )
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+    if plan.push is None:
+        return plan.tag
+    repository, tag = plan.push.rsplit(":", 1)
+    client.api.tag(plan.tag, repository, tag)
+    report(f"{plan.push}: docker push ...")
+    _stream(
+        client.api.push(repository, tag, stream=True, decode=True, auth_config=_auth()),
+        report,
+        "push",
+    )
+    return plan.push
+
+
+def built_lock(client: Any, tag: str) -> str | None:
+    import docker.errors
+
+    try:
+        return (client.images.get(tag).labels or {}).get(LOCK_LABEL)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _client() -> Any:
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except docker.errors.DockerException as err:
+        raise GpujobError(
+            f"no Docker engine answers ({err})", "start dockerd or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _write_context(context: Path, plan: BuildPlan, wheels: list[Path]) -> None:
+    (context / "Dockerfile").write_text(plan.dockerfile)
+    (context / "requirements.txt").write_text(plan.requirements)
+    (context / "wheels").mkdir()
+    for wheel in wheels:
+        try:
+            os.link(wheel, context / "wheels" / wheel.name)
+        except OSError:
+            shutil.copyfile(wheel, context / "wheels" / wheel.name)
+
+
+def _stream(chunks: Iterator[dict[str, Any]], report: Callable[[str], None], what: str) -> None:
+    last = ""
+    for chunk in chunks:
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = chunk.get("error") or chunk["errorDetail"].get("message", "")
+            raise GpujobError(f"docker {what} failed: {detail.strip()}")
+        line = (chunk.get("stream") or chunk.get("status") or "").strip()
+        if line and line != last and not chunk.get("progressDetail"):
+            report(line)
+            last = line
+
+
+def _auth() -> dict[str, str] | None:
+    user = os.environ.get("GPUJOB_REGISTRY_USER")
+    password = os.environ.get("GPUJOB_REGISTRY_PASSWORD")
+    return {"username": user, "password": password} if user and password else None
