@@ -1,0 +1,156 @@
+"""The driver check, the lock's own integrity, the wheelhouse's hash check, the catalog
+refresh against real (loopback) HTTP, and the CLI's one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from imaging import CATALOG, IMAGES
+
+from launcher.cli import main
+from launcher.errors import UsageError
+from launcher.images.driver import check_driver, driver_verdict
+from launcher.images.lock import LockedWheel, parse_lock
+from launcher.images.refresh import refresh
+from launcher.images.running import running_lock_hash
+from launcher.images.wheelhouse import HashMismatch, fetch
+
+DRIVERS = [
+    ("cu130", "535.104.05", False, "580.65.06"),
+    ("cu130", "580.65.06", True, None),
+    ("cu121", "525.60.13", True, "530.30.02"),
+    ("cu121", "470.82.01", False, "525.60.13"),
+    ("cu118", "450.80.02", True, "520.61.05"),
+    ("cpu", "0", True, None),
+]
+
+
+@pytest.mark.parametrize(("cuda", "driver", "ok", "named"), DRIVERS)
+def test_driver_floor_by_cuda_major(cuda: str, driver: str, ok: bool, named: str | None) -> None:
+    verdict = driver_verdict(cuda, driver, CATALOG)
+    assert verdict.ok is ok
+    if named:
+        assert named in (verdict.warning or "") or named == verdict.required
+
+
+def test_cu130_image_on_a_535_host_is_refused_with_both_versions() -> None:
+    with pytest.raises(UsageError) as error:
+        check_driver("current-cu130", "cu130", "535.104.05", CATALOG)
+    line = error.value.one_line()
+    assert "needs NVIDIA driver >= 580.65.06" in line and "the host has 535.104.05" in line
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as done:
+        code = int(done.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_check_driver_exits_2_naming_both_versions(capsys) -> None:
+    code, _, err = run_cli(
+        capsys, "image", "check-driver", "current-cu130", "--driver", "550.54.14"
+    )
+    assert code == 2
+    assert err.count("\n") == 1 and "580.65.06" in err and "550.54.14" in err
+
+
+def test_build_refuses_a_lock_with_unknown_hashes(capsys) -> None:
+    code, _, err = run_cli(capsys, "image", "build", "seed-cu121-py310")
+    assert code == 1
+    assert "unknown sha256 (flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE" in err
+
+
+def test_build_dry_run_json_is_the_plan(capsys) -> None:
+    code, out, _ = run_cli(
+        capsys, "image", "build", "lab-cpu", "--dry-run", "--json", "--push", "127.0.0.1:5000"
+    )
+    plan = json.loads(out)
+    lock = parse_lock((IMAGES / "lab-cpu.lock").read_text(), "lab-cpu")
+    assert code == 0
+    assert plan["push"] == f"127.0.0.1:5000/gpujob/lab-cpu:{lock.lock_hash[:16]}"
+    assert len(plan["wheels"]) == len(lock.packages)
+
+
+def test_a_hand_edited_lock_is_refused() -> None:
+    text = (IMAGES / "lab-cpu.lock").read_text().replace('"3.11"', '"3.12"', 1)
+    with pytest.raises(UsageError, match="lock_hash does not match"):
+        parse_lock(text, "lab-cpu.lock")
+
+
+def test_a_wheel_whose_bytes_differ_from_the_lock_stops_before_the_cache(tmp_path: Path) -> None:
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not the locked bytes")
+    good = hashlib.sha256(b"the locked bytes").hexdigest()
+    lock = parse_lock((IMAGES / "lab-cpu.lock").read_text(), "lab-cpu")
+    entry = LockedWheel("demo", "1.0", wheel.name, wheel.as_uri(), good, "test", [])
+    tampered = replace(lock, packages=[entry])
+    with pytest.raises(HashMismatch, match="does not match the lock's"):
+        fetch(tampered, tmp_path / "cache", print)
+    assert not list((tmp_path / "cache").rglob("*.whl"))
+    entry = replace(entry, sha256=hashlib.sha256(b"not the locked bytes").hexdigest())
+    [cached] = fetch(replace(lock, packages=[entry]), tmp_path / "cache", print)
+    assert cached.read_bytes() == wheel.read_bytes()
+
+
+def test_running_lock_hash_comes_from_the_image_env() -> None:
+    assert running_lock_hash({"GPUJOB_IMAGE_LOCK": "ab" * 32}) == "ab" * 32
+    assert running_lock_hash({}) is None
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_refresh_catalog_with_no_index_reachable_fails_clearly_and_changes_nothing(
+    capsys,
+) -> None:
+    before = (IMAGES / "catalog.json").read_bytes()
+    root = f"http://127.0.0.1:{closed_port()}/whl"
+    code, _, err = run_cli(capsys, "image", "refresh-catalog", "--index", root)
+    assert code == 1
+    assert err.startswith("gpujob: error: no index reachable: tried ")
+    assert "catalog.json is unchanged" in err and err.count("\n") == 1
+    assert (IMAGES / "catalog.json").read_bytes() == before
+
+
+@pytest.fixture
+def wheel_index(tmp_path: Path) -> Iterator[str]:
+    """A PEP 503 index on loopback whose cu130 page lists a torch the catalog lacks."""
+    page = tmp_path / "whl" / "cu130" / "torch"
+    page.mkdir(parents=True)
+    page.joinpath("index.html").write_text(
+        '<a href="/whl/cu130/torch-2.16.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl'
+        '#sha256=00">torch-2.16.0+cu130-cp312-cp312-manylinux_2_28_x86_64.whl</a>\n'
+    )
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/whl"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_refresh_catalog_merges_what_an_index_publishes(wheel_index: str, tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.json"
+    shutil.copy(IMAGES / "catalog.json", catalog)
+    changes = refresh([wheel_index], catalog)
+    assert "torch 2.16.0: +cu130" in changes and "torch 2.16.0: +cp312" in changes
+    row = json.loads(catalog.read_text())["torch"]["2.16.0"]
+    assert row["variants"] == ["cu130"] and row["python"] == ["cp312"]
