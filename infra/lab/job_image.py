@@ -1,18 +1,17 @@
-"""The lab's job image, `gpujob-lab/job:lab-cpu`: the pins of images/lab-cpu.yaml on the base.
+"""The lab's job image, `gpujob-lab/job:lab-cpu`: images/lab-cpu.lock on the lab base, as root.
 
-Wheels come from a wheelhouse assembled on the machine with `pip download` (torch 2.13.0 CPU
-from pip's configured find-links) and are installed in the build with `--no-index`, so the
-build is offline and repeatable. The image carries a label with the hash of its pins; a tag
-whose label matches is not built again. Pushed to the lab registry for the hosts to pull.
+The wheels are the product's: `launcher.images` fetches the lock's wheelhouse into its
+sha256-addressed cache and verifies every file (the same code `gpujob image build` runs), and
+the build installs them offline with --require-hashes. This image differs from
+`gpujob image build lab-cpu` only in staying root, which the Vast fake's emulated entrypoint
+(sshd, /root/.ssh) needs. A tag whose label holds the lock hash is not built again. Pushed to
+the lab registry for the hosts to pull.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,22 +19,9 @@ from pathlib import Path
 from infra.lab import base_image, registry, state
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = REPO / "images" / "lab-cpu.yaml"
 DOCKERFILE = REPO / "infra" / "images" / "lab-cpu" / "Dockerfile"
 TAG = "gpujob-lab/job:lab-cpu"
 PINS_LABEL = "gpujob.lab.pins"
-
-
-def pins(spec: Path = SPEC) -> list[str]:
-    """`requirements` plus `torch==<torch>`: the image's whole closure, exact."""
-    import yaml
-
-    data = yaml.safe_load(spec.read_text())
-    return [*data["requirements"], f"torch=={data['torch']}"]
-
-
-def pins_hash(lines: list[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:16]
 
 
 def built_hash(tag: str = TAG) -> str | None:
@@ -47,49 +33,26 @@ def built_hash(tag: str = TAG) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def wheelhouse(lines: list[str], folder: Path) -> Path:
-    """`pip download` of the pins (binary wheels only) into `folder`; cached between builds."""
-    folder.mkdir(parents=True, exist_ok=True)
-    requirements = folder / "requirements.txt"
-    requirements.write_text("\n".join(lines) + "\n")
-    state.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.11",
-            "-r",
-            str(requirements),
-            "-d",
-            str(folder / "wheels"),
-        ]
-    )
-    return folder  # fmt: skip
-
-
 def build(report: Callable[[str], None] = print) -> str:
-    """Build the image unless a tag with the same pins exists; push it; return the hosts' ref."""
-    lines = pins()
-    digest = pins_hash(lines)
-    if built_hash() == digest:
+    """Build the image unless a tag with the same lock exists; push it; return the hosts' ref."""
+    from launcher.images.commands import cache_dir, read_lock
+    from launcher.images.wheelhouse import fetch, link_into
+
+    _, lock = read_lock("lab-cpu")
+    if built_hash() == lock.lock_hash:
         report(f"job image {TAG} is cached")
     else:
         base_image.build(report)
-        report(f"job image {TAG}: pip download of {len(lines)} pins ...")
-        house = wheelhouse(lines, state.lab_dir() / "wheelhouse" / "lab-cpu")
+        report(f"job image {TAG}: wheelhouse of {len(lock.packages)} locked wheels ...")
+        older = state.lab_dir() / "wheelhouse" / "lab-cpu" / "wheels"  # earlier pip downloads
+        wheels = fetch(lock, cache_dir(), report, extra_dirs=[older])
         context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
         try:
             shutil.copy(DOCKERFILE, context / "Dockerfile")
-            shutil.copy(house / "requirements.txt", context / "requirements.txt")
-            (context / "wheels").mkdir()
-            for wheel in (house / "wheels").iterdir():
-                os.link(wheel, context / "wheels" / wheel.name)
+            (context / "requirements.txt").write_text(lock.requirements_txt())
+            link_into(wheels, context / "wheels")
             report(f"job image {TAG}: docker build (offline install) ...")
-            state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={digest}",
+            state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={lock.lock_hash}",
                        "--label", "gpujob.lab=job", "-t", TAG, str(context)])  # fmt: skip
         finally:
             shutil.rmtree(context, ignore_errors=True)

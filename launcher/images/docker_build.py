@@ -94,12 +94,7 @@ def _mkdir(path: Path) -> Path:
 def _write_context(context: Path, plan: BuildPlan, wheels: list[Path]) -> None:
     (context / "Dockerfile").write_text(plan.dockerfile)
     (context / "requirements.txt").write_text(plan.requirements)
-    (context / "wheels").mkdir()
-    for wheel in wheels:
-        try:
-            os.link(wheel, context / "wheels" / wheel.name)
-        except OSError:
-            shutil.copyfile(wheel, context / "wheels" / wheel.name)
+    wheelhouse.link_into(wheels, context / "wheels")
 
 
 def _stream(chunks: Iterator[dict[str, Any]], report: Callable[[str], None], what: str) -> None:

@@ -88,3 +88,14 @@ def _fetch_one(wheel: LockedWheel, target: Path, dirs: list[Path]) -> None:
         raise GpujobError(f"{wheel.filename}: cannot fetch {wheel.url}: {err}") from None
     finally:
         scratch.unlink(missing_ok=True)
+
+
+def link_into(wheels: list[Path], folder: Path) -> None:
+    """Put the cached wheels in a build context: hard links (no copy of a 200 MB torch)
+    where the cache and the context share a filesystem, copies elsewhere."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for wheel in wheels:
+        try:
+            os.link(wheel, folder / wheel.name)
+        except OSError:
+            shutil.copyfile(wheel, folder / wheel.name)

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from imaging import CATALOG, IMAGES
 
-from launcher.cli import main
 from launcher.errors import UsageError
 from launcher.images.driver import check_driver, driver_verdict
 from launcher.images.lock import LockedWheel, parse_lock
@@ -49,37 +48,27 @@ def test_cu130_image_on_a_535_host_is_refused_with_both_versions() -> None:
     assert "needs NVIDIA driver >= 580.65.06" in line and "the host has 535.104.05" in line
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as done:
-        code = int(done.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_check_driver_exits_2_naming_both_versions(capsys) -> None:
-    code, _, err = run_cli(
-        capsys, "image", "check-driver", "current-cu130", "--driver", "550.54.14"
+def test_cli_check_driver_exits_2_naming_both_versions(gpujob) -> None:
+    result = gpujob("image", "check-driver", "current-cu130", "--driver", "550.54.14")
+    assert result.exit_code == 2
+    assert (
+        result.stderr.count("\n") == 1
+        and "580.65.06" in result.stderr
+        and "550.54.14" in result.stderr
     )
-    assert code == 2
-    assert err.count("\n") == 1 and "580.65.06" in err and "550.54.14" in err
 
 
-def test_build_refuses_a_lock_with_unknown_hashes(capsys) -> None:
-    code, _, err = run_cli(capsys, "image", "build", "seed-cu121-py310")
-    assert code == 1
-    assert "unknown sha256 (flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE" in err
+def test_build_refuses_a_lock_with_unknown_hashes(gpujob) -> None:
+    result = gpujob("image", "build", "seed-cu121-py310")
+    assert result.exit_code == 1
+    assert "unknown sha256 (flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE" in result.stderr
 
 
-def test_build_dry_run_json_is_the_plan(capsys) -> None:
-    code, out, _ = run_cli(
-        capsys, "image", "build", "lab-cpu", "--dry-run", "--json", "--push", "127.0.0.1:5000"
-    )
-    plan = json.loads(out)
+def test_build_dry_run_json_is_the_plan(gpujob) -> None:
+    result = gpujob("image", "build", "lab-cpu", "--dry-run", "--json", "--push", "127.0.0.1:5000")
+    plan = json.loads(result.stdout)
     lock = parse_lock((IMAGES / "lab-cpu.lock").read_text(), "lab-cpu")
-    assert code == 0
+    assert result.exit_code == 0
     assert plan["push"] == f"127.0.0.1:5000/gpujob/lab-cpu:{lock.lock_hash[:16]}"
     assert len(plan["wheels"]) == len(lock.packages)
 
@@ -117,14 +106,14 @@ def closed_port() -> int:
 
 
 def test_refresh_catalog_with_no_index_reachable_fails_clearly_and_changes_nothing(
-    capsys,
+    gpujob,
 ) -> None:
     before = (IMAGES / "catalog.json").read_bytes()
     root = f"http://127.0.0.1:{closed_port()}/whl"
-    code, _, err = run_cli(capsys, "image", "refresh-catalog", "--index", root)
-    assert code == 1
-    assert err.startswith("gpujob: error: no index reachable: tried ")
-    assert "catalog.json is unchanged" in err and err.count("\n") == 1
+    result = gpujob("image", "refresh-catalog", "--index", root)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("gpujob: error: no index reachable: tried ")
+    assert "catalog.json is unchanged" in result.stderr and result.stderr.count("\n") == 1
     assert (IMAGES / "catalog.json").read_bytes() == before
 
 
