@@ -56,6 +56,7 @@ def lock_for(
         raise _refusal_error(found, early)
     stack, _ = stack_of(definition)
     pins = [(name, version) for _, name, version in pins_of(definition, stack)]
+    sources = index.Sources(sources.find_links, (*sources.indexes, *definition.indexes))
     try:
         local = [cache_dir() / "wheels", *wheelhouse.wheel_dirs()]
         offered = index.offered(pins, sources, definition.python, glibc, local)

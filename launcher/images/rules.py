@@ -79,6 +79,7 @@ def check(definition: ImageDefinition, catalog: Catalog) -> list[Refusal]:
                 f'python: "{_cp_to_python(release["python"][-1])}"',
             )
         )
+    refusals += _indexes(definition, catalog)
     refusals += _base_python(definition, catalog)
     refusals += _partners(definition, stack, release, catalog)
     if definition.flash_attn:
@@ -127,6 +128,16 @@ def _closest(variant: str, published: list[str]) -> str:
     if not variant.startswith("cu") or not cudas:
         return published[0]
     return min(cudas, key=lambda v: (abs(int(v[2:]) - int(variant[2:])), -int(v[2:])))
+
+
+def _indexes(definition: ImageDefinition, catalog: Catalog) -> list[Refusal]:
+    refusals = []
+    for index, url in enumerate(definition.indexes):
+        for fake, why in catalog.data["not_indexes"].items():
+            if url.startswith(fake):
+                nearest = "drop it; flash-attn comes from its GitHub release (flash_attn: VERSION)"
+                refusals.append(Refusal("real-index", f"indexes.{index}", f"{url}: {why}", nearest))
+    return refusals
 
 
 def _base_python(definition: ImageDefinition, catalog: Catalog) -> list[Refusal]:

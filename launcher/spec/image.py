@@ -46,6 +46,9 @@ class ImageDefinition(StrictModel):
     torchaudio: str | None = None
     flash_attn: str | None = Field(default=None, description="Exact flash-attn 2.x version.")
     deepspeed: DeepSpeed | None = None
+    indexes: list[str] = Field(
+        default_factory=list, description="Extra PEP 503 indexes to read wheels from."
+    )
     requirements: list[str] = Field(default_factory=list, description="Exact `name==version`.")
 
     @field_validator("requirements")

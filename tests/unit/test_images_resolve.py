@@ -88,6 +88,12 @@ BAD = [
         "torch: 2.3.1",
     ),
     ("torch: 2.3.1\ncuda: cu121\ndeepspeed: {version: 0.19.8}\n", "deepspeed", "no-compile", ""),
+    (
+        "torch: 2.3.1\ncuda: cu121\nindexes: [https://flashattn.github.io/whl/cu121/torch2.3/]\n",
+        "indexes.0",
+        "real-index",
+        "flash-attn comes from its GitHub release",
+    ),
 ]
 
 
