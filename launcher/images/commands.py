@@ -122,13 +122,8 @@ def build_image(
             f"{path}: the lock is older than {definition.path}",
             f"run: gpujob image lock {name}",
         )
-    if lock.unknown_hashes and not dry_run:
-        raise GpujobError(
-            f"{path}: {len(lock.unknown_hashes)} wheel(s) have an unknown sha256 "
-            f"({lock.unknown_hashes[0]}, ...); refusing to build from wheels nobody verified",
-            "lock it where those indexes answer (gpujob image lock NAME), or add the hashes "
-            "to images/catalog.json known_wheels",
-        )
+    if not dry_run:
+        wheelhouse.require_known_hashes(lock, str(path))
     plan = plan_build(lock, load_catalog(images / CATALOG.name), push)
     if not dry_run:
         from launcher.images.docker_build import apply

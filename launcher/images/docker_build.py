@@ -25,7 +25,7 @@ def apply(
     no_cache: bool = False,
 ) -> str:
     """Build (unless an image with this lock exists) and push; returns the pushed or local ref."""
-    client = _client()
+    client = docker_client()
     if not no_cache and built_lock(client, plan.tag) == plan.lock_hash:
         report(f"{plan.tag}: cached (image with lock {plan.lock_hash[:12]} exists)")
     else:
@@ -72,7 +72,7 @@ def built_lock(client: Any, tag: str) -> str | None:
         return None
 
 
-def _client() -> Any:
+def docker_client() -> Any:
     import docker
     import docker.errors
 

@@ -14,12 +14,6 @@ def running_lock_hash(environ: Mapping[str, str] = os.environ) -> str | None:
 
 def image_lock_hash(image: str) -> str | None:
     """From outside: the lock label of a local image (Docker SDK), None when absent."""
-    import docker.errors
+    from launcher.images.docker_build import built_lock, docker_client
 
-    from launcher.images.buildplan import LOCK_LABEL
-    from launcher.images.docker_build import _client
-
-    try:
-        return (_client().images.get(image).labels or {}).get(LOCK_LABEL)
-    except docker.errors.ImageNotFound:
-        return None
+    return built_lock(docker_client(), image)

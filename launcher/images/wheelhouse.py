@@ -28,6 +28,17 @@ def wheel_dirs() -> list[Path]:
     return [Path(part) for part in raw.split(":") if part]
 
 
+def require_known_hashes(lock: Lock, where: str) -> None:
+    """Refuse a lock with a hash nobody could read: its wheel could be anything."""
+    if lock.unknown_hashes:
+        raise GpujobError(
+            f"{where}: {len(lock.unknown_hashes)} wheel(s) have an unknown sha256 "
+            f"({lock.unknown_hashes[0]}, ...); refusing to build from wheels nobody verified",
+            f"lock it where those indexes answer (gpujob image lock {lock.name}), or add the "
+            "hashes to images/catalog.json known_wheels",
+        )
+
+
 def fetch(
     lock: Lock,
     cache: Path,
@@ -35,13 +46,7 @@ def fetch(
     extra_dirs: Iterable[Path] = (),
 ) -> list[Path]:
     """Every wheel of `lock`, verified, as paths in the cache (in lock order)."""
-    if lock.unknown_hashes:
-        raise GpujobError(
-            f"lock {lock.name} has {len(lock.unknown_hashes)} wheel(s) with unknown sha256 "
-            f"({lock.unknown_hashes[0]}, ...): refusing to build from unverifiable wheels",
-            "lock it where those indexes are reachable (gpujob image lock NAME), or give the "
-            "hashes in the catalog's known_wheels",
-        )
+    require_known_hashes(lock, lock.name)
     dirs = list(extra_dirs) + wheel_dirs()
     paths = []
     fetched = 0

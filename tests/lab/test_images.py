@@ -32,6 +32,7 @@ def test_lab_cpu_image_is_built_pushed_pulled_and_runs_the_quickstart(
 ) -> None:
     from infra.lab import registry
     from launcher.images.commands import read_lock
+    from launcher.images.running import image_lock_hash
 
     monkeypatch.delenv("GPUJOB_CACHE_DIR")  # the machine's wheel cache: verified on entry
     _, lock = read_lock("lab-cpu")
@@ -40,6 +41,7 @@ def test_lab_cpu_image_is_built_pushed_pulled_and_runs_the_quickstart(
     tag = lock.lock_hash[:16]
     assert result.stdout.strip().endswith(f"/gpujob/lab-cpu:{tag}")
     assert tag in registry.tags("gpujob/lab-cpu")
+    assert image_lock_hash(f"gpujob/lab-cpu:{tag}") == lock.lock_hash  # what doctor reports
 
     host = docker_hosts[0]
     ref = f"{registry.ADDRESS}/gpujob/lab-cpu:{tag}"
