@@ -4,6 +4,7 @@ object; `docker_build.apply` carries it out and nothing else."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -15,6 +16,7 @@ from launcher.images.lock import Lock
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 REPOSITORY = "gpujob/{name}"
 LOCK_LABEL = "gpujob.image.lock"
+DOCKERFILE_LABEL = "gpujob.image.dockerfile"
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,11 @@ def plan_build(lock: Lock, catalog: Catalog, push: str | None = None) -> BuildPl
         requirements=lock.requirements_txt() if not lock.unknown_hashes else "",
         wheels=[p.filename for p in lock.packages],
         tag=tag,
-        labels={LOCK_LABEL: lock.lock_hash, "gpujob.image.name": lock.name},
+        labels={
+            LOCK_LABEL: lock.lock_hash,
+            DOCKERFILE_LABEL: hashlib.sha256(dockerfile.encode()).hexdigest(),
+            "gpujob.image.name": lock.name,
+        },
         push=remote,
         steps=steps,
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from launcher.errors import GpujobError
 from launcher.images import wheelhouse
-from launcher.images.buildplan import LOCK_LABEL, BuildPlan
+from launcher.images.buildplan import BuildPlan
 from launcher.images.lock import Lock
 
 
@@ -26,8 +26,9 @@ def apply(
 ) -> str:
     """Build (unless an image with this lock exists) and push; returns the pushed or local ref."""
     client = docker_client()
-    if not no_cache and built_lock(client, plan.tag) == plan.lock_hash:
-        report(f"{plan.tag}: cached (image with lock {plan.lock_hash[:12]} exists)")
+    labels = built_labels(client, plan.tag)
+    if not no_cache and all(labels.get(key) == value for key, value in plan.labels.items()):
+        report(f"{plan.tag}: cached (image with lock {plan.lock_hash[:12]} and this Dockerfile)")
     else:
         wheels = wheelhouse.fetch(lock, cache, report)
         context = Path(tempfile.mkdtemp(prefix="context-", dir=_mkdir(cache / "contexts")))
@@ -63,13 +64,14 @@ def apply(
     return plan.push
 
 
-def built_lock(client: Any, tag: str) -> str | None:
+def built_labels(client: Any, tag: str) -> dict[str, str]:
+    """A local image's labels (empty when there is no such image)."""
     import docker.errors
 
     try:
-        return (client.images.get(tag).labels or {}).get(LOCK_LABEL)
+        return dict(client.images.get(tag).labels or {})
     except docker.errors.ImageNotFound:
-        return None
+        return {}
 
 
 def docker_client() -> Any:

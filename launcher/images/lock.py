@@ -1,8 +1,10 @@
 """`images/NAME.lock`: every wheel of an image, exact, with where it comes from and its sha256.
 
 Written as canonical JSON (sorted keys, fixed indent, no timestamps), so the same definition,
-catalog and indexes give the same bytes; `lock_hash` is the sha256 of those bytes without
-itself, and becomes the image's label, tag and GPUJOB_IMAGE_LOCK. A hash gpujob could not
+catalog and indexes give the same bytes. `lock_hash` is the sha256 of what the image is made
+of (base, Python, every wheel's file and hash), not of provenance (which catalog, definition
+text, index URL, metadata read), so a catalog refresh or a comment does not force a
+rebuild; it becomes the image's label, tag and GPUJOB_IMAGE_LOCK. A hash gpujob could not
 read is `null` with the reason, never made up, and `build` refuses such a lock.
 """
 
@@ -14,6 +16,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.errors import UsageError
+
+PROVENANCE = ("catalog_sha256", "definition_sha256", "comment", "notes")
+# A wheel's identity; its url, source and requires say how it was found and checked, and may
+# differ between machines without changing the image.
+IDENTITY = ("name", "version", "filename", "sha256")
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,9 @@ class Lock:
 
     @property
     def lock_hash(self) -> str:
-        return hashlib.sha256(_canonical(self.body()).encode()).hexdigest()
+        content = {key: value for key, value in self.body().items() if key not in PROVENANCE}
+        content["packages"] = [{key: getattr(p, key) for key in IDENTITY} for p in self.packages]
+        return hashlib.sha256(_canonical(content).encode()).hexdigest()
 
     def to_text(self) -> str:
         data = self.body()

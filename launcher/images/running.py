@@ -14,6 +14,7 @@ def running_lock_hash(environ: Mapping[str, str] = os.environ) -> str | None:
 
 def image_lock_hash(image: str) -> str | None:
     """From outside: the lock label of a local image (Docker SDK), None when absent."""
-    from launcher.images.docker_build import built_lock, docker_client
+    from launcher.images.buildplan import LOCK_LABEL
+    from launcher.images.docker_build import built_labels, docker_client
 
-    return built_lock(docker_client(), image)
+    return built_labels(docker_client(), image).get(LOCK_LABEL)

@@ -143,3 +143,13 @@ def test_refresh_catalog_merges_what_an_index_publishes(wheel_index: str, tmp_pa
     assert "torch 2.16.0: +cu130" in changes and "torch 2.16.0: +cp312" in changes
     row = json.loads(catalog.read_text())["torch"]["2.16.0"]
     assert row["variants"] == ["cu130"] and row["python"] == ["cp312"]
+
+
+def test_lock_hash_names_the_image_content_not_where_it_was_read() -> None:
+    lock = parse_lock((IMAGES / "lab-cpu.lock").read_text(), "lab-cpu")
+    moved = [
+        replace(p, url="file:///elsewhere/" + p.filename, requires=None) for p in lock.packages
+    ]
+    assert replace(lock, catalog_sha256="0" * 64, packages=moved).lock_hash == lock.lock_hash
+    changed = [replace(lock.packages[0], sha256="f" * 64), *lock.packages[1:]]
+    assert replace(lock, packages=changed).lock_hash != lock.lock_hash

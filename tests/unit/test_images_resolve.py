@@ -42,6 +42,7 @@ def test_seed_stack_locks_the_real_flash_attn_wheel_and_marks_its_hash_unknown()
 
 BAD = [
     ("torch: 2.4.3\ncuda: cu121\n", "torch", "torch-exists", "torch 2.4.1, torch 2.5.0"),
+    ("torch: 2.1.9\ncuda: cu121\n", "torch", "torch-exists", "catalog of 2026-11-22: 2.0.1 to"),
     ("torch: 2.8.0\ncuda: cu121\n", "cuda", "cuda-variant-published", "torch 2.8.0+cu126"),
     ("torch: 2.8.0+cu124\n", "cuda", "cuda-variant-published", "published: cpu, cu126, cu128"),
     (
