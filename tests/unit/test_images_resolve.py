@@ -203,3 +203,23 @@ def test_refusal_is_one_line_with_file_line_field_and_exit_code_2(tmp_path: Path
     assert line.startswith(f"{found.path}:5: cuda: PyTorch never published torch 2.8.0 as cu121")
     assert "nearest valid pins: torch 2.8.0+cu126" in line
     assert error.value.exit_code == 2
+
+
+def test_deepspeed_comes_only_as_a_prebuilt_wheel_with_its_ops_recorded(tmp_path: Path) -> None:
+    from launcher.images.buildplan import plan_build
+
+    sha = "d" * 64
+    found = definition(
+        tmp_path,
+        "base: python:3.11-slim-bookworm\npython: '3.11'\n"
+        "torch: 2.13.0\nrequirements: [filelock==3.20.0]\ndeepspeed:\n"
+        "  version: 0.19.8\n  wheel: https://example.invalid/deepspeed-0.19.8-"
+        f"cp311-cp311-linux_x86_64.whl\n  sha256: '{sha}'\n"
+        "  ops: [fused_adam, cpu_adam]\n",
+    )
+    offered = {"torch": [_cpu_torch()], "filelock": [_wheel("filelock", "3.20.0")]}
+    lock = resolve(found.definition, CATALOG, offered, found.text)
+    deepspeed = next(p for p in lock.packages if p.name == "deepspeed")
+    assert deepspeed.sha256 == sha and deepspeed.notes == ["ops prebuilt: fused_adam, cpu_adam"]
+    assert lock.deepspeed_ops == ["cpu_adam", "fused_adam"]
+    assert "GPUJOB_DEEPSPEED_OPS=cpu_adam,fused_adam" in plan_build(lock, CATALOG).dockerfile
