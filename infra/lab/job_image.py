@@ -19,9 +19,31 @@ from pathlib import Path
 from infra.lab import base_image, registry, state
 
 REPO = Path(__file__).resolve().parents[2]
+SPEC = REPO / "images" / "lab-cpu.yaml"
 DOCKERFILE = REPO / "infra" / "images" / "lab-cpu" / "Dockerfile"
 TAG = "gpujob-lab/job:lab-cpu"
 PINS_LABEL = "gpujob.lab.pins"
+
+
+def pins(spec: Path = SPEC) -> list[str]:
+    """`requirements` plus `torch==<torch>`: the image's whole closure, exact."""
+    from launcher.spec.image import load_definition_file
+
+    definition, _ = load_definition_file(spec)
+    return [*definition.requirements, f"torch=={definition.torch}"]
+
+
+def wheelhouse(lines: list[str], folder: Path, report: Callable[[str], None] = print) -> Path:
+    """The lock's verified wheels in `folder/wheels` (hard links into the product's cache) and
+    `lines` in `folder/requirements.txt`: a find-links folder for hosts without Docker."""
+    from launcher.images.commands import cache_dir, read_lock
+    from launcher.images.wheelhouse import fetch, link_into
+
+    _, lock = read_lock("lab-cpu")
+    wheels = fetch(lock, cache_dir(), report, extra_dirs=[folder / "wheels"])
+    link_into(wheels, folder / "wheels")
+    (folder / "requirements.txt").write_text("\n".join(lines) + "\n")
+    return folder
 
 
 def built_hash(tag: str = TAG) -> str | None:
@@ -44,7 +66,7 @@ def build(report: Callable[[str], None] = print) -> str:
     else:
         base_image.build(report)
         report(f"job image {TAG}: wheelhouse of {len(lock.packages)} locked wheels ...")
-        older = state.lab_dir() / "wheelhouse" / "lab-cpu" / "wheels"  # earlier pip downloads
+        older = state.lab_dir() / "wheelhouse" / "lab-cpu" / "wheels"  # the hosts' find-links
         wheels = fetch(lock, cache_dir(), report, extra_dirs=[older])
         context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
         try:

@@ -100,6 +100,7 @@ def link_into(wheels: list[Path], folder: Path) -> None:
     where the cache and the context share a filesystem, copies elsewhere."""
     folder.mkdir(parents=True, exist_ok=True)
     for wheel in wheels:
+        (folder / wheel.name).unlink(missing_ok=True)
         try:
             os.link(wheel, folder / wheel.name)
         except OSError:
