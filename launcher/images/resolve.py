@@ -75,6 +75,12 @@ def resolve(
     packages = [_locked(record) for _, (_, record) in sorted(chosen.items())]
     abi = catalog.cxx11abi(stack.torch, stack.variant)
     notes = [f"{p.filename}: sha256 unknown here; {p.source}" for p in packages if p.sha256 is None]
+    unread = [p.name for p in packages if p.requires is None]
+    if unread:
+        notes.append(
+            "Requires-Dist not readable here (no metadata served, no local copy), so the closure "
+            f"is unchecked for: {', '.join(unread)}"
+        )
     return Lock(
         name=definition.name,
         base=definition.base,

@@ -38,6 +38,7 @@ def test_seed_stack_locks_the_real_flash_attn_wheel_and_marks_its_hash_unknown()
     torch = next(p for p in lock.packages if p.name == "torch")
     assert torch.sha256 and "cu121 build" in torch.notes[0]
     assert lock.cxx11abi is False
+    assert "closure is unchecked for: " in lock.notes[-1] and "torchvision" in lock.notes[-1]
 
 
 BAD = [
