@@ -149,9 +149,10 @@ def reconcile(provider: Provider, db: HostsDB | None = None) -> Reconciliation:
     tagged = provider.list()
     rows = {r.name: r for r in db.hosts(provider.name)}
     by_id = {r.instance_id: r for r in rows.values() if r.instance_id}
+    ever = {r.instance_id for r in db.hosts(provider.name, live_only=False) if r.instance_id}
     for inst in tagged:
-        if inst.id in by_id:
-            continue
+        if inst.id in by_id or (inst.id in ever and inst.status == "terminating"):
+            continue  # ours; a terminated one may show as terminating for a while
         row = rows.get(inst.name)
         if row is not None and row.instance_id is None:
             db.update(row.name, inst)
