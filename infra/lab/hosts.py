@@ -102,6 +102,9 @@ def destroy_host(name: str) -> None:
             state.stop(lab["hosts"].get(name, {}).get(key), timeout=5)
         _kill_all(name)
         network.remove_host(name)
+        address = lab["hosts"].get(name, {}).get("address")
+        if address:  # forget its MAC: the next host with this address has another
+            state.run(["ip", "neigh", "flush", "to", address], check=False)
         boot.remove_cgroups(name)
         shutil.rmtree(boot.host_dir(name), ignore_errors=True)
         lab["hosts"].pop(name, None)
@@ -144,11 +147,18 @@ def _kill_all(name: str) -> None:
 
 
 def _free_address(lab: dict[str, Any]) -> str:
+    """The next free address after the last one given, round the /24: an address freed a
+    moment ago is not handed out again at once, because the machine and the other hosts
+    still hold its old MAC in their neighbour tables (connects then fail until those expire,
+    as they would on a real LAN where an IP moved to a new NIC without a gratuitous ARP)."""
     used = {rec["address"] for rec in lab["hosts"].values()}
     network_ = ipaddress.ip_network(f"{state.BRIDGE_ADDRESS}/{state.PREFIX_LEN}", strict=False)
-    for candidate in network_.hosts():
-        address = str(candidate)
-        if address != state.BRIDGE_ADDRESS and address not in used:
+    pool = [str(a) for a in network_.hosts() if str(a) != state.BRIDGE_ADDRESS]
+    last = lab.get("last_address")
+    start = pool.index(last) + 1 if last in pool else 0
+    for address in pool[start:] + pool[:start]:
+        if address not in used:
+            lab["last_address"] = address
             return address
     raise state.LabError("lab: no free address left on the lab bridge")
 
