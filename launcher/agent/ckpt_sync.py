@@ -70,6 +70,9 @@ def rclone_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("AWS_CA_BUNDLE", None)
     env["RCLONE_CONFIG"] = "/dev/null"  # the remote is all in variables; no stray file counts
+    # `gpujob up` puts rclone in ~/.local/bin on a host that had none (not on a
+    # non-login PATH).
+    env["PATH"] = os.path.expanduser("~/.local/bin") + os.pathsep + env.get("PATH", "")
     env.update(extra or {})
     return env
 

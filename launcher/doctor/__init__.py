@@ -65,22 +65,53 @@ def run_doctor(host: str, python: str | None, as_json: bool) -> int:
     conn, argv = _probe_on(host, python)
     try:
         with err.status(f"doctor: checking {host} (GPUs, torch, matmul, all-reduce, imports, "
-                        "disk)"):  # fmt: skip
+                        "disk, S3)"):  # fmt: skip
             result = conn.run(argv)
+            verdicts = parse_verdicts(result.stdout)
+            if not verdicts:
+                raise GpujobError(
+                    f"doctor: the probe did not run on {host} (exit {result.exit_code}): "
+                    f"{result.stderr.strip()[-300:]}",
+                    "check that the host's python3 works, or name one with --python",
+                )
+            verdicts += s3_verdicts(conn, for_hosts=host != "local")
     finally:
         conn.close()
-    verdicts = parse_verdicts(result.stdout)
-    if not verdicts:
-        raise GpujobError(
-            f"doctor: the probe did not run on {host} (exit {result.exit_code}): "
-            f"{result.stderr.strip()[-300:]}",
-            "check that the host's python3 works, or name one with --python",
-        )
     if as_json:
         print(json.dumps([v.__dict__ for v in verdicts], indent=2))
     else:
         show_table(host, verdicts)
     return ExitCode.FAILURE if any(v.verdict == "fail" for v in verdicts) else ExitCode.OK
+
+
+def s3_verdicts(conn: Any, *, for_hosts: bool) -> list[Verdict]:
+    """Each remote of the user's config.yaml, from the host: list the bucket, write and
+    delete a probe object with the host's rclone (where checkpoints will be pushed from)."""
+    import time
+
+    from launcher.storage import on_host, rclone_config
+    from launcher.storage.remotes import credentials, user_remotes
+
+    try:
+        remotes = user_remotes()
+    except GpujobError as error:
+        return [Verdict("s3", "fail", None, "", error.one_line())]
+    if not remotes:
+        return [Verdict("s3", "not run", None, "", "no storage remotes in config.yaml")]
+    found = []
+    for name, remote in sorted(remotes.items()):
+        try:
+            env = rclone_config.env_vars(remote, credentials(remote), for_hosts=for_hosts)
+        except GpujobError as error:
+            found.append(Verdict(f"s3 {name}", "fail", None, "", error.one_line()))
+            continue
+        bucket = rclone_config.rclone_path(remote, "")
+        start = time.perf_counter()
+        failed = on_host.probe(conn, env, bucket, rclone_config.rclone_path(remote, ""), "/tmp")
+        took = round(time.perf_counter() - start, 2)
+        detail = f"bucket {remote.model.bucket}: " + (failed or "listed, probe written and deleted")
+        found.append(Verdict(f"s3 {name}", "fail" if failed else "ok", took, "s", detail))
+    return found
 
 
 def show_table(host: str, verdicts: list[Verdict]) -> None:

@@ -23,6 +23,7 @@ env_file, bucket_path, prefix_path = sys.argv[1:4]
 env = dict(os.environ)
 env.pop("AWS_CA_BUNDLE", None)
 env["RCLONE_CONFIG"] = "/dev/null"
+env["PATH"] = os.path.expanduser("~/.local/bin") + os.pathsep + env.get("PATH", "")
 with open(env_file) as handle:
     env.update(json.load(handle))
 os.remove(env_file)
