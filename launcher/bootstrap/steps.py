@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.errors import UsageError
 from launcher.remote.base import Connection
 
 Status = Literal["ok", "fixed", "failed", "skipped"]
 AGENT_DIR = ".gpujob/bin"
 RCLONE_HOME_PATH = ".local/bin/rclone"
+PULL_HINT = "check the image name and the registry login on the host"
 INSTALL_RCLONE = "install it on the host: curl https://rclone.org/install.sh | sudo bash"
 NVIDIA_RUNTIME = ("install nvidia-container-toolkit, then "
                   "`nvidia-ctk runtime configure --runtime=docker` and restart Docker")  # fmt: skip
@@ -205,14 +207,37 @@ def image(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResul
     if profile.runtime == "bare":
         return StepResult("image", "skipped", f"bare runtime: the host runs {profile.image} itself")
     present = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", profile.image])
-    if present.ok:
-        return StepResult("image", "ok", f"{profile.image} present")
-    pulled = conn.run(["docker", "pull", "-q", profile.image])
-    if not pulled.ok:
-        return StepResult("image", "failed", f"cannot pull {profile.image}: "
-                          f"{pulled.stderr.strip()[-300:]}",
-                          "check the image name and the registry login on the host")  # fmt: skip
-    return StepResult("image", "fixed", f"{profile.image} pulled")
+    status: Status = "ok"
+    if not present.ok:
+        pulled = conn.run(["docker", "pull", "-q", profile.image])
+        if not pulled.ok:
+            why = f"cannot pull {profile.image}: {pulled.stderr.strip()[-300:]}"
+            return StepResult("image", "failed", why, PULL_HINT)
+        status = "fixed"
+    detail = f"{profile.image} {'pulled' if status == 'fixed' else 'present'}"
+    if facts.driver:
+        label = '{{index .Config.Labels "gpujob.image.torch"}}'
+        torch = conn.run(["docker", "image", "inspect", "--format", label, profile.image])
+        refusal = driver_refusal(profile.image, torch.stdout.strip(), facts.driver)
+        if refusal is not None:
+            return StepResult("image", "failed", refusal.message, refusal.hint or "")
+    return StepResult("image", status, detail)
+
+
+def driver_refusal(image: str, torch_label: str, driver: str) -> UsageError | None:
+    """An image gpujob built says its torch (`2.14.1+cu130`): a CUDA build the host's
+    driver cannot run is refused here, at `up`, rather than as a CUDA error at step 0."""
+    variant = torch_label.partition("+")[2]
+    if not variant.startswith("cu"):
+        return None  # not built by gpujob, or a CPU build: nothing to compare
+    from launcher.images.catalog import load_catalog
+    from launcher.images.driver import check_driver
+
+    try:
+        check_driver(image, variant, driver, load_catalog())
+    except UsageError as refused:
+        return refused
+    return None
 
 
 STEPS: tuple[Step, ...] = (system, gpu, docker, disk, agent, rclone, image)
