@@ -37,7 +37,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
 @click.option("--detach", "-d", is_flag=True, help="Start the job and return its id.")
 @click.option("--job-id", help="Use this job id instead of a new one.")
-@click.option("--on", metavar="HOST", help="An SSH host: hosts.yaml name or user@addr[:port].")
+@click.option(
+    "--on", multiple=True, metavar="HOST[,HOST]",
+    help="SSH host(s): hosts.yaml name or user@addr[:port]; one per node, node 0 first.",
+)  # fmt: skip
+@click.option("--up", metavar="GPU[:N]", help="Rent one host per node first, e.g. a100.")
+@click.option("--provider", type=click.Choice(["lambda", "vast"]), default="lambda",
+              show_default=True, help="With --up: which cloud.")  # fmt: skip
+@click.option("--runtime", type=click.Choice(["auto", "docker", "bare"]), default="auto",
+              show_default=True, help="auto: docker where the host has it.")  # fmt: skip
+@click.option("--allow-cpu", is_flag=True, help="With --up: accept hosts without a GPU (lab).")
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.jobs import SubmitOptions
@@ -53,7 +62,7 @@ def submit(**kwargs: Any) -> None:
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
     """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
-    from launcher.jobs import logs as show_logs
+    from launcher.joblogs import logs as show_logs
 
     sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
 
@@ -62,9 +71,9 @@ def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--limit", default=20, show_default=True, help="How many jobs, newest first.")
 def status(as_json: bool, limit: int) -> None:
-    """Show rented hosts (price, uptime, cost so far) and jobs (state, nodes, runtime, exit
-    code, last line). --json: {"hosts": [...], "jobs": [...]}."""
-    from launcher.jobs import status_rows
+    """Show rented hosts (price, uptime, cost so far) and jobs (state, each node's state,
+    runtime, exit code, last line). --json: {"hosts": [...], "jobs": [...]}."""
+    from launcher.jobstatus import for_table, status_rows
     from launcher.state.hosts import host_rows
     from launcher.textout import table
 
@@ -82,7 +91,7 @@ def status(as_json: bool, limit: int) -> None:
         click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
         return
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
-    click.echo(table(rows, columns))
+    click.echo(table(for_table(rows), columns))
 
 
 @cli.command()
@@ -91,7 +100,7 @@ def status(as_json: bool, limit: int) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
 def cancel(job: str, grace: float, dry_run: bool) -> None:
     """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
-    from launcher.jobs import cancel as run_cancel
+    from launcher.jobstatus import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))
 

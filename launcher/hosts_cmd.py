@@ -71,6 +71,33 @@ def offers_table(offers: list[Offer], shown: int = 10) -> None:
 
 
 def up(options: UpOptions) -> int:
+    provider, request, offers, db = _offers(options)
+    if options.dry_run:
+        say(
+            f"dry run: would launch {options.count} x {offers[0].instance_type} in "
+            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each; nothing started"
+        )
+        return ExitCode.OK
+    if not options.yes:
+        click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
+                      f"${offers[0].price_per_hour:.2f}/h each?", abort=True, err=True)  # fmt: skip
+    made = _launch_all(provider, request, options, public_key(), db)
+    for inst in made:
+        click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
+                   f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
+    return ExitCode.OK
+
+
+def launch_hosts(options: UpOptions) -> list[Instance]:
+    """`up` for `submit --up`: the offers are shown, nothing is asked (the submit is the
+    request) and the running hosts are returned; a dry run launches none."""
+    provider, request, _, db = _offers(options)
+    if options.dry_run:
+        return []
+    return _launch_all(provider, request, options, public_key(), db)
+
+
+def _offers(options: UpOptions) -> tuple[Provider, GpuRequest, list[Offer], HostsDB]:
     request = parse_gpu_request(options.gpu, min_disk_gb=options.disk,
                                 max_price=options.max_price, region=options.region)  # fmt: skip
     if options.count < 1:
@@ -90,21 +117,7 @@ def up(options: UpOptions) -> int:
     if not offers:
         raise no_offers(provider.name, request)
     offers_table(offers)
-    if options.dry_run:
-        say(
-            f"dry run: would launch {options.count} x {offers[0].instance_type} in "
-            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each; nothing started"
-        )
-        return ExitCode.OK
-    if not options.yes:
-        click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
-                      f"${offers[0].price_per_hour:.2f}/h each?", abort=True, err=True)  # fmt: skip
-    key = public_key()
-    made = _launch_all(provider, request, options, key, db)
-    for inst in made:
-        click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
-                   f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
-    return ExitCode.OK
+    return provider, request, offers, db
 
 
 def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,

@@ -11,10 +11,10 @@ import secrets as random
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
-from launcher.errors import GpujobError, UsageError
+from launcher.errors import UsageError
 from launcher.state.db import JobRecord, StateDB
 
 LOG = sys.stderr
@@ -33,7 +33,11 @@ class SubmitOptions:
     as_json: bool = False
     detach: bool = False
     job_id: str | None = None
-    on: str | None = None
+    on: tuple[str, ...] = ()
+    up: str | None = None
+    provider: str = "lambda"
+    runtime: str = "auto"
+    allow_cpu: bool = False
 
 
 def new_job_id(name: str) -> str:
@@ -87,26 +91,54 @@ def submit(options: SubmitOptions) -> int:
 
 
 def _placement(options: SubmitOptions, spec: Any, image: Any) -> tuple[Any, dict[str, Any], Any]:
-    """Where the job runs: this machine, or the `--on` host (contacted once for its $HOME
-    and python3 version, except in a dry run, which contacts nothing)."""
-    if options.on is None:
+    """Where the job runs: this machine, the `--on` hosts, or hosts `--up` rents now."""
+    from launcher import placement
+
+    if options.on and options.up:
+        raise UsageError("give --on or --up, not both")
+    if not options.on and not options.up:
         from launcher.providers.local import local_connections, local_target
 
         target = local_target(spec, image)
         return target, dict(local_connections()), list(target.hosts)
-    from launcher.providers import ssh as ssh_hosts
+    if options.up:
+        entries, provider = _rented_hosts(options, spec, image)
+    else:
+        from launcher.providers import ssh as ssh_hosts
 
-    entry = ssh_hosts.resolve_host(options.on)
+        names = placement.node_hosts(placement.split_on(options.on), spec.nodes)
+        entries, provider = [ssh_hosts.resolve_host(name) for name in names], "ssh"
+    placed = placement.remote_placement(
+        spec, image, entries, runtime=options.runtime, dry_run=options.dry_run,  # type: ignore[arg-type]
+        provider=provider,
+    )  # fmt: skip
+    if placed.note:
+        say(placed.note)
+    return placed.target, placed.connections, placed.records
+
+
+def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[Any], str]:
+    """`--up GPU[:N]`: one host per node from `gpujob up`'s own launch (all or nothing);
+    a dry run shows the offers and rents nothing."""
+    from launcher.hosts_cmd import UpOptions, launch_hosts
+    from launcher.placement import image_reference
+    from launcher.providers.ssh import HostEntry
+    from launcher.remote.keys import user_key
+
+    request = UpOptions(gpu=options.up or "", provider=options.provider, count=spec.nodes,
+                        yes=True, dry_run=options.dry_run, allow_cpu=options.allow_cpu,
+                        image=image_reference(spec.image, image))  # fmt: skip
+    if options.provider == "vast" and request.image:
+        os.environ.setdefault("GPUJOB_VAST_IMAGE", request.image)  # the instance IS the image
+    instances = launch_hosts(request)
+    key = str(user_key())
     if options.dry_run:
-        return ssh_hosts.ssh_target(spec, image, entry, "~", "?"), {}, []
-    conn = ssh_hosts.connect(entry)
-    try:
-        home, python = ssh_hosts.host_facts(conn)
-        target = ssh_hosts.ssh_target(spec, image, entry, home, python)
-    except BaseException:
-        conn.close()
-        raise
-    return target, {entry.name: conn}, [entry.to_record()] * spec.nodes
+        entries = [HostEntry(name=f"<new {options.provider} host {rank}>", address="<its ip>")
+                   for rank in range(spec.nodes)]  # fmt: skip
+        return entries, options.provider
+    entries = [HostEntry(name=inst.name, address=str(inst.ip), port=inst.ssh_port,
+                         user=inst.ssh_user, key=key) for inst in instances]  # fmt: skip
+    return entries, options.provider
 
 
 def _start(
@@ -138,7 +170,9 @@ def _start(
         say(f"detached; follow it with: gpujob logs {job_id} -f")
         print(job_id)
         return 0
-    return logs(job_id, follow=True, connections=_job_connections(db.job(job_id), connections))
+    from launcher.joblogs import logs
+
+    return logs(job_id, follow=True, connections=job_connections(db.job(job_id), connections))
 
 
 def _secret_values(loaded: Any) -> dict[str, str]:
@@ -154,17 +188,18 @@ def _secret_values(loaded: Any) -> dict[str, str]:
     return values
 
 
-def _job_or_fail(db: StateDB, reference: str) -> JobRecord:
+def job_or_fail(db: StateDB, reference: str) -> JobRecord:
     job = db.job(reference)
     if job is None:
         raise UsageError(f"no job `{reference}`", "`gpujob status` lists the jobs")
     return job
 
 
-def _job_connections(job: JobRecord | None, opened: dict[str, Any] | None = None) -> list[Any]:
-    """One Connection per node, in rank order, shared by the nodes of one host."""
+def job_connections(job: JobRecord | None, opened: dict[str, Any] | None = None) -> list[Any]:
+    """One Connection per node, in rank order, shared by the nodes of one host (one SSH
+    connection per host for the whole command)."""
     assert job is not None
-    if job.provider != "ssh":
+    if job.provider == "local":
         from launcher.providers.local import local_connections
 
         local = local_connections()
@@ -181,203 +216,13 @@ def _job_connections(job: JobRecord | None, opened: dict[str, Any] | None = None
     return conns
 
 
-def _close_all(conns: list[Any]) -> None:
+def close_all(conns: list[Any]) -> None:
     for conn in {id(c): c for c in conns}.values():
         conn.close()
 
 
-def logs(
-    reference: str,
-    *,
-    follow: bool,
-    node: int | None = None,
-    tail: int | None = None,
-    connections: list[Any] | None = None,
-) -> int:
-    db = StateDB()
-    job = _job_or_fail(db, reference)
-    conns = connections or _job_connections(job)
-    try:
-        return _logs(db, job, conns, follow=follow, node=node, tail=tail)
-    finally:
-        _close_all(conns)
-
-
-def _logs(
-    db: StateDB,
-    job: JobRecord,
-    conns: list[Any],
-    *,
-    follow: bool,
-    node: int | None,
-    tail: int | None,
-) -> int:
-    from launcher.runtime.logs import NodeStream, follow_logs, job_exit_code
-
-    streams = [
-        NodeStream(rank=rank, node_dir=node_dir, connection=conns[rank])
-        for rank, node_dir in enumerate(job.node_dirs)
-        if node is None or rank == node
-    ]
-    if not streams:
-        raise UsageError(f"job {job.id} has no node {node}; it has {len(job.node_dirs)}")
-    if tail is not None:
-        for stream in streams:
-            stream.offset = _tail_offset(stream, tail)
-    try:
-        done = follow_logs(streams, sys.stdout.buffer, follow=follow, prefix=len(job.node_dirs) > 1)
-    except KeyboardInterrupt:
-        say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
-        return 130
-    except BrokenPipeError:
-        _quiet_stdout()
-        return 0
-    states = {stream.status.get("state") for stream in done}
-    if follow or states <= {"succeeded", "failed", "cancelled", "lost"}:
-        code = job_exit_code(done)
-        state = _job_state(done)
-        if state in ("succeeded", "failed", "cancelled", "lost"):
-            final = _final_line(done[0])
-            db.update_job(job.id, state, exit_code=code, last_line=final)
-            if follow:
-                say(f"job {job.id} {state} (exit code {code})")
-            return code
-    return 0
-
-
-def _quiet_stdout() -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-
-
-def _tail_offset(stream: Any, lines: int) -> int:
-    """Offset of the last `lines` lines, reading backwards from the end: a 10 GB log is
-    never read whole."""
-    size = _log_size(stream)
-    start, found = size, b""
-    while start > 0 and found.count(b"\n") <= lines:
-        start = max(0, start - (64 << 10))
-        data, _ = stream.connection.read_log(stream.node_dir, start)
-        found = data[: size - start]
-    keep = found.rstrip(b"\n").split(b"\n")[-lines:] if lines else []
-    return size - len(b"\n".join(keep)) - (1 if found.endswith(b"\n") and keep else 0)
-
-
-def _log_size(stream: Any) -> int:
-    path = f"{stream.node_dir}/job.log"
-    if stream.connection.host == "local":
-        return Path(path).stat().st_size if Path(path).exists() else 0
-    result = stream.connection.run(["stat", "-c", "%s", path])
-    return int(result.stdout.strip()) if result.ok else 0
-
-
-def _job_state(streams: list[Any]) -> str:
-    states = [stream.status.get("state") for stream in streams]
-    for state in ("lost", "failed", "cancelled"):
-        if state in states:
-            return state
-    return states[0] if len(set(states)) == 1 else "running"
-
-
-def _final_line(stream: Any) -> str | None:
-    from launcher.runtime.logs import last_line
-
-    data, _ = stream.connection.read_log(stream.node_dir, max(0, stream.offset - 4096))
-    return last_line(data)
-
-
-def status_rows(limit: int = 20) -> list[dict[str, Any]]:
-    """Jobs, newest first, refreshed from their agents (local reads; one SSH command per node
-    of a remote job that has not ended; an unreachable host leaves the recorded state)."""
-    db = StateDB()
-    rows = []
-    for job in db.jobs(limit):
-        state, code = job.state, job.exit_code
-        if not job.terminal:
-            state, code = _refresh(db, job)
-        runtime_s = (job.ended_at or time.time()) - job.created_at
-        rows.append(
-            {
-                "id": job.id, "name": job.name, "state": state, "exit_code": code,
-                "nodes": len(job.node_dirs), "provider": job.provider,
-                "runtime_s": round(runtime_s, 1), "last_line": job.last_line or "",
-                "warning": _care_warning(job),
-            }
-        )  # fmt: skip
-    return rows
-
-
-def _care_warning(job: JobRecord) -> str:
-    """The agent's disk warning or the reason it stopped the job (checkpoint care)."""
-    if job.provider != "local":
-        return ""
-    from launcher.agent.agent import status_of
-
-    for node_dir in job.node_dirs:
-        status = status_of(Path(node_dir))
-        text = status.get("stopped_reason") or (status.get("disk") or {}).get("warning")
-        if text:
-            return str(text)
-    return ""
-
-
-def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
-    if job.provider == "local":
-        from launcher.agent.agent import status_of
-
-        return [status_of(Path(node_dir)) for node_dir in job.node_dirs]
-    import json
-
-    conns = _job_connections(job)
-    try:
-        results = [conn.run(_agent_argv(job, node_dir, "status")) for conn, node_dir
-                   in zip(conns, job.node_dirs, strict=True)]  # fmt: skip
-        return [json.loads(r.stdout) for r in results] if all(r.ok for r in results) else None
-    except (GpujobError, ValueError):
-        return None
-    finally:
-        _close_all(conns)
-
-
-def _refresh(db: StateDB, job: JobRecord) -> tuple[str, int | None]:
-    statuses = _node_statuses(job)
-    if statuses is None:
-        return job.state, job.exit_code
-    states = [s.get("state") for s in statuses]
-    for state in ("lost", "failed", "cancelled", "running", "starting", "succeeded"):
-        if state in states:
-            code = next((s.get("exit_code") for s in statuses if s.get("state") == state), None)
-            if state in ("lost", "failed", "cancelled", "succeeded"):
-                db.update_job(job.id, state, exit_code=code if code is not None else 1)
-            return state, code
-    return job.state, job.exit_code
-
-
-def _agent_argv(job: JobRecord, node_dir: str, *args: str) -> list[str]:
+def agent_argv(job: JobRecord, node_dir: str, *args: str) -> list[str]:
     """The agent runs with the host's python3 on SSH hosts, with this Python locally."""
     python = sys.executable if job.provider == "local" else "python3"
     agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
     return [python, agent, args[0], node_dir, *args[1:]]
-
-
-def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
-    db = StateDB()
-    job = _job_or_fail(db, reference)
-    commands = [_agent_argv(job, node_dir, "cancel", f"{grace_s:g}") for node_dir in job.node_dirs]
-    if dry_run:
-        import shlex
-
-        for argv in commands:
-            print(shlex.join(argv))
-        return 0
-    conns = _job_connections(job)
-    try:
-        for rank, argv in enumerate(commands):
-            result = conns[rank].run(argv)
-            if not result.ok:
-                raise GpujobError(f"node {rank}: cancel failed: {result.stderr.strip()}")
-    finally:
-        _close_all(conns)
-    db.update_job(job.id, "cancelled")
-    say(f"job {job.id} cancelled")
-    return 0

@@ -54,6 +54,14 @@ def log_line(node_dir: Path, text: str) -> None:
         log.write(f"[gpujob-agent] {text}\n".encode())
 
 
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot): a pid alone may be reused after a reboot."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -128,6 +136,8 @@ def start(node_dir: Path) -> int:
 
 def supervise(node_dir: Path) -> int:
     config = read_json(node_dir / "job.json")
+    if config.get("runtime") == "docker":
+        return supervise_container(node_dir, config)
     env = dict(os.environ)
     secrets_file = config.get("secrets_file")
     if secrets_file:
@@ -158,6 +168,7 @@ def supervise(node_dir: Path) -> int:
         "node_rank": config.get("node_rank"),
         "pid": job.pid,
         "supervisor_pid": os.getpid(),
+        "supervisor_start": start_ticks(os.getpid()),
         "started_at": time.time(),
         "peak_rss_bytes": 0,
     }
@@ -169,9 +180,18 @@ def supervise(node_dir: Path) -> int:
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
     code = _wait(job, node_dir, status)
+    _stop_watch(watch)
+    _record_end(node_dir, status, code)
+    return 0
+
+
+def _stop_watch(watch: tuple[threading.Event, threading.Thread] | None) -> None:
     if watch is not None:
         watch[0].set()
         watch[1].join()
+
+
+def _record_end(node_dir: Path, status: dict[str, Any], code: int) -> None:
     cancelled = (node_dir / "cancel-requested").exists()
     with STATUS_LOCK:
         status.update(
@@ -182,11 +202,15 @@ def supervise(node_dir: Path) -> int:
         if status.get("stopped_reason"):
             status.update(state="failed", reason=status["stopped_reason"])
         write_json(node_dir / STATUS, status)
-    return 0
 
 
 def _checkpoint_watch(
-    node_dir: Path, config: dict[str, Any], pid: int, status: dict[str, Any], env: dict[str, str]
+    node_dir: Path,
+    config: dict[str, Any],
+    pid: int | None,
+    status: dict[str, Any],
+    env: dict[str, str],
+    container: str | None = None,
 ) -> tuple[threading.Event, threading.Thread] | None:
     """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file)."""
     care = config.get("checkpoints")
@@ -212,11 +236,22 @@ def _checkpoint_watch(
             write_json(node_dir / STATUS, status)
 
     def pause_job(pause: bool) -> None:
+        if container:
+            subprocess.run(["docker", "pause" if pause else "unpause", container],
+                           capture_output=True)  # fmt: skip
+            return
+        assert pid is not None
         for each in [pid, *descendants(pid)]:
             _forward(each, signal.SIGSTOP if pause else signal.SIGCONT)
 
     def stop_job(reason: str) -> None:
         publish({"stopped_reason": reason})
+        if container:
+            subprocess.run(["docker", "unpause", container], capture_output=True)
+            subprocess.run(["docker", "stop", "--time", str(int(config.get("grace_s", 30))),
+                            container], capture_output=True)  # fmt: skip
+            return
+        assert pid is not None
         tree = [pid, *descendants(pid)]
         _forward(pid, signal.SIGTERM)
         for each in tree:
@@ -234,6 +269,63 @@ def _checkpoint_watch(
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
+
+
+def supervise_container(node_dir: Path, config: dict[str, Any]) -> int:
+    """The docker runtime: `docker run --detach`, delete the env file of secrets as soon as
+    Docker has read it, then `docker wait` for the exit code. The container writes job.log
+    itself (a bind mount), so this process only reports."""
+    log_fd = os.open(
+        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    )
+    try:
+        started = subprocess.run(
+            config["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
+            check=False,
+        )  # fmt: skip
+    except OSError as err:
+        os.write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
+        started = subprocess.CompletedProcess(config["argv"], 127, b"", b"")
+    finally:
+        os.close(log_fd)
+        if config.get("secrets_file"):
+            (node_dir / config["secrets_file"]).unlink(missing_ok=True)
+    status: dict[str, Any] = {
+        "job_id": config.get("job_id"),
+        "node_rank": config.get("node_rank"),
+        "container": started.stdout.decode().strip() or config.get("container"),
+        "supervisor_pid": os.getpid(),
+        "supervisor_start": start_ticks(os.getpid()),
+        "started_at": time.time(),
+    }
+    if started.returncode != 0:
+        said = last_line(node_dir) or "see job.log"
+        status.update(state="failed", exit_code=started.returncode, ended_at=time.time(),
+                      reason=f"docker run failed: {said}")  # fmt: skip
+        write_json(node_dir / STATUS, status)
+        return started.returncode
+    status["state"] = "running"
+    write_json(node_dir / STATUS, status)
+    try:
+        watch = _checkpoint_watch(node_dir, config, None, status, {}, status["container"])
+    except Exception as err:  # the job runs on without checkpoint care, and says so
+        log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
+        watch = None
+    code = _wait_container(status["container"])
+    _stop_watch(watch)
+    _record_end(node_dir, status, code)
+    subprocess.run(["docker", "rm", "--force", status["container"]], capture_output=True)
+    return 0
+
+
+def _wait_container(container: str) -> int:
+    """`docker wait`, asked again if the client call breaks while the container lives on."""
+    for _ in range(30):
+        waited = subprocess.run(["docker", "wait", container], capture_output=True, text=True)
+        if waited.returncode == 0 and waited.stdout.strip().isdigit():
+            return int(waited.stdout.strip())
+        time.sleep(1)
+    return 125
 
 
 def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) -> int:
@@ -263,7 +355,10 @@ def status_of(node_dir: Path) -> dict[str, Any]:
     if not status:
         return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
     state = status.get("state")
-    gone = state in ("starting", "running") and not alive(status.get("supervisor_pid"))
+    supervisor = status.get("supervisor_pid")
+    gone = state in ("starting", "running") and not (
+        alive(supervisor) and status.get("supervisor_start") in (None, start_ticks(supervisor))
+    )
     if gone and (state == "running" or time.time() - status.get("requested_at", 0) > 30):
         status.update(state="lost", reason="the agent is gone (host rebooted or killed)")
     return status
@@ -272,6 +367,11 @@ def status_of(node_dir: Path) -> dict[str, Any]:
 def cancel(node_dir: Path, grace_s: float) -> int:
     (node_dir / "cancel-requested").touch()
     status = status_of(node_dir)
+    if status.get("container") and status.get("state") not in TERMINAL:
+        log_line(node_dir, f"cancel: docker stop (SIGTERM, SIGKILL after {grace_s:g} s)")
+        subprocess.run(["docker", "stop", "--time", f"{int(grace_s)}", status["container"]],
+                       capture_output=True)  # fmt: skip
+        return _await_end(node_dir)
     pid = status.get("pid")
     if status.get("state") in TERMINAL or not alive(pid):
         print(json.dumps(status))
@@ -284,11 +384,29 @@ def cancel(node_dir: Path, grace_s: float) -> int:
         time.sleep(0.1)
     for leftover in [p for p in tree if alive(p)]:
         _forward(leftover, signal.SIGKILL)
+    return _await_end(node_dir)
+
+
+def _await_end(node_dir: Path) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and status_of(node_dir).get("state") not in TERMINAL:
         time.sleep(0.05)
     print(json.dumps(status_of(node_dir)))
     return 0
+
+
+def last_line(node_dir: Path) -> str | None:
+    """The log's last non-blank line (from its last 4 KiB), as a terminal shows it."""
+    path = node_dir / read_json(node_dir / "job.json").get("log", "job.log")
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            tail = log.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in tail.splitlines()]
+    lines = [ln for ln in lines if ln.strip()]
+    return lines[-1][-200:] if lines else None
 
 
 def read(node_dir: Path, offset: int) -> int:
@@ -322,7 +440,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "supervise":
         return supervise(node_dir)
     if argv[0] == "status":
-        print(json.dumps(status_of(node_dir)))
+        print(json.dumps(dict(status_of(node_dir), last_line=last_line(node_dir))))
         return 0
     if argv[0] == "cancel":
         return cancel(node_dir, float(argv[2]) if len(argv) > 2 else 30.0)

@@ -13,15 +13,24 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from launcher.errors import UsageError
+from launcher.plan import docker
 from launcher.plan.model import (
     CopyFile,
     NodePlan,
     Plan,
+    ReachCheck,
     RunCommand,
     Step,
     SyncDir,
     Target,
     WriteFile,
+)
+from launcher.plan.node_files import (
+    GRACE_S,
+    SECRETS_ENV,
+    agent_config,
+    checkpoint_care,
+    secrets_file,
 )
 from launcher.plan.render import render_shell
 from launcher.spec.image import ImageDefinition
@@ -104,7 +113,16 @@ def build_plan(
         grad_accum_steps=spec.grad_accum_steps,
         nodes=tuple(nodes),
         derived=derived,
+        checks=_reach_checks(spec, target),
+        image_ref=target.image_ref if target.runtime == "docker" else None,
     )
+
+
+def _reach_checks(spec: JobSpec, target: Target) -> tuple[ReachCheck, ...]:
+    others = tuple(h for h in target.distinct_hosts if h != target.hosts[0])
+    if spec.nodes == 1 or not others:
+        return ()
+    return (ReachCheck(target.hosts[0], target.addresses[0], spec.run.rdzv_port, others),)
 
 
 def _check_rendezvous(spec: JobSpec, target: Target) -> None:
@@ -192,7 +210,9 @@ def _node_plan(
         for module in sources.checkpoint_modules:
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
-        if image is not None and target.runtime == "bare":
+        if target.runtime == "docker":
+            steps.append(docker.pull_step(target))
+        elif image is not None:
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
             steps.append(_env_setup(target, image, requirements))
@@ -205,16 +225,23 @@ def _node_plan(
             mode=0o755,
         )
     )
-    if secrets:
-        steps.append(
-            WriteFile(
-                path=f"{node_dir}/secrets.json",
-                content=json.dumps(secrets, sort_keys=True) + "\n",
-                mode=0o600,
-                secret=True,
-            )
+    secret_file = secrets_file(target, node_dir, secrets)
+    if secret_file is not None:
+        steps.append(secret_file)
+    argv = ["bash", "run.sh"]
+    if target.runtime == "docker":
+        argv = docker.run_argv(
+            target,
+            job_id=job_id,
+            rank=rank,
+            job_dir=job_dir,
+            node_dir=node_dir,
+            checkpoint_dir=derived["checkpoint_dir"],
+            shm_gb=spec.resources.shm_gb,
+            grace_s=GRACE_S,
+            env_file=f"{node_dir}/{SECRETS_ENV}" if secrets else None,
         )
-    care = _checkpoint_care(spec, job_dir, sync) if first_on_host else None
+    care = checkpoint_care(spec, job_dir, sync) if first_on_host else None
     if care and sync and sync.env:
         steps.append(
             WriteFile(
@@ -224,11 +251,8 @@ def _node_plan(
                 secret=True,
             )
         )
-    steps.append(
-        WriteFile(
-            path=f"{node_dir}/job.json", content=_agent_config(spec, job_id, rank, secrets, care)
-        )
-    )
+    config = agent_config(spec, target, job_id, rank, secrets, argv, care)
+    steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
     steps.append(
         RunCommand(
             argv=(target.agent_python, f"{job_dir}/{AGENT_FILE}", "start", node_dir),
@@ -277,6 +301,9 @@ def _run_script(
     sources: Sources,
 ) -> str:
     env: dict[str, str] = {f"GPUJOB_{key.upper()}": value for key, value in values.items()}
+    if spec.nodes > 1:
+        env["MASTER_ADDR"] = target.addresses[0]
+        env["MASTER_PORT"] = str(spec.run.rdzv_port)
     env.update(spec.nccl)
     env.update(spec.envs)
     if spec.run.serialize_init:
@@ -337,34 +364,3 @@ def _torchrun_argv(
         program.append(run.entrypoint)
     program += [_substitute(arg, values, sources.spec_where) for arg in run.args]
     return [*groups, program]
-
-
-def _checkpoint_care(spec: JobSpec, job_dir: str, sync: CheckpointSync | None) -> dict[str, object]:
-    """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py)."""
-    ckpt = spec.checkpoints
-    return {
-        "dir": str(PurePosixPath(job_dir) / ckpt.dir),
-        "keep_last": ckpt.keep_last,
-        "sync_to": sync.rclone_path if sync else None,
-        "sync_remote": ckpt.sync_to,
-        "on_checkpoint": ckpt.on_checkpoint,
-        "workdir": f"{job_dir}/workdir",
-        "storage_env_file": "storage.json" if sync and sync.env else None,
-    }
-
-
-def _agent_config(
-    spec: JobSpec, job_id: str, rank: int, secrets: dict[str, str], care: dict | None = None
-) -> str:
-    config = {
-        "job_id": job_id,
-        "node_rank": rank,
-        "nnodes": spec.nodes,
-        "argv": ["bash", "run.sh"],
-        "log": "job.log",
-        "secrets_file": "secrets.json" if secrets else None,
-        "grace_s": 30,
-    }
-    if care:
-        config["checkpoints"] = care
-    return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -65,10 +65,29 @@ class Target:
     agent_python: str
     env_root: str
     gpus_per_node: int = 0
+    image_ref: str | None = None
+    host_gpus: int = 0
+    raise_memlock: bool = True  # False where the host cannot lift RLIMIT_MEMLOCK (no CAP)
+
+    @property
+    def distinct_hosts(self) -> list[str]:
+        return list(dict.fromkeys(self.hosts))
 
     @property
     def one_machine(self) -> bool:
         return len(set(self.addresses)) <= 1 and all(h == self.hosts[0] for h in self.hosts)
+
+
+@dataclass(frozen=True)
+class ReachCheck:
+    """Before any node starts: every other host opens a TCP connection to node 0's
+    rendezvous port (a listener held there for the check), so a firewall or a wrong address
+    fails in seconds instead of as a rendezvous timeout minutes later."""
+
+    host: str
+    address: str
+    port: int
+    from_hosts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -91,6 +110,8 @@ class Plan:
     grad_accum_steps: int | None
     nodes: tuple[NodePlan, ...]
     derived: dict[str, str] = field(default_factory=dict)
+    checks: tuple[ReachCheck, ...] = ()
+    image_ref: str | None = None
 
     @property
     def node_dirs(self) -> list[str]:

@@ -20,6 +20,13 @@ def plan_text(plan: Plan) -> str:
     lines = [head]
     if plan.grad_accum_steps is not None:
         lines.append(f"grad_accum_steps = {plan.grad_accum_steps}")
+    if plan.image_ref:
+        lines.append(f"image {plan.image_ref}")
+    for check in plan.checks:
+        lines.append(
+            f"before start: {', '.join(check.from_hosts)} must reach node 0 at "
+            f"{check.address}:{check.port} (a listener on {check.host} for the check)"
+        )
     for node in plan.nodes:
         lines.append("")
         lines.append(f"node {node.rank} on {node.host}: job dir {node.job_dir}")
@@ -51,10 +58,12 @@ def _step_lines(step: object) -> list[str]:
 
 
 def _masked(content: str) -> str:
+    """Names stay (a reader checks which secrets go where), values never show."""
     try:
         values = json.loads(content)
     except ValueError:
-        return MASK
+        names = [line.split("=", 1)[0] for line in content.splitlines() if "=" in line]
+        return "".join(f"{name}={MASK}\n" for name in names) or MASK
     return json.dumps({key: MASK for key in values}, sort_keys=True)
 
 

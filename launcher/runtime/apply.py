@@ -1,18 +1,68 @@
 """Execute a Plan step by step through each node's Connection, and nothing else.
 
-Every node is prepared before any node starts, so a failure while preparing starts nothing
-("all nodes or none").
+All nodes or none: every node is prepared (files, workdir, image, environment) before any
+starts; a multi-host job then checks that every host reaches node 0's rendezvous port; and
+if one node fails to start, the nodes already started are cancelled.
 """
 
 from __future__ import annotations
 
+import shlex
+import threading
 from collections.abc import Callable
 
 from launcher.errors import GpujobError
-from launcher.plan.model import CopyFile, NodePlan, Plan, RunCommand, Step, SyncDir, WriteFile
-from launcher.remote.base import Connection
+from launcher.plan.model import (
+    CopyFile,
+    NodePlan,
+    Plan,
+    ReachCheck,
+    RunCommand,
+    Step,
+    SyncDir,
+    WriteFile,
+)
+from launcher.remote.base import Connection, Result
 
 Report = Callable[[str], None]
+REACH_TIMEOUT_S = 20
+
+# Holds node 0's rendezvous port open while the others dial it: a bind failure means the
+# port is taken (or the address is not this host's, which c10d needs to host the store).
+LISTEN = """
+import socket, sys, time
+address, port = sys.argv[1], int(sys.argv[2])
+expected, timeout = int(sys.argv[3]), float(sys.argv[4])
+server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    server.bind((address, port))
+except OSError as err:
+    sys.exit(f"cannot listen on {address}:{port}: {err.strerror}")
+server.listen(16)
+deadline, seen = time.monotonic() + timeout, 0
+while seen < expected and time.monotonic() < deadline:
+    server.settimeout(max(0.1, deadline - time.monotonic()))
+    try:
+        server.accept()[0].close()
+        seen += 1
+    except OSError:
+        pass
+print(seen)
+"""
+DIAL = """
+import socket, sys, time
+address, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline, error = time.monotonic() + timeout, None
+while time.monotonic() < deadline:
+    try:
+        socket.create_connection((address, port), timeout=3).close()
+        sys.exit(0)
+    except OSError as err:
+        error = err
+        time.sleep(0.2)
+sys.exit(f"cannot reach {address}:{port}: {error}")
+"""
 
 
 def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -> None:
@@ -20,10 +70,68 @@ def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -
         for step in node.steps:
             if not (isinstance(step, RunCommand) and step.starts_job):
                 _apply_step(node, step, connections[node.host], report)
-    for node in plan.nodes:
-        for step in node.steps:
-            if isinstance(step, RunCommand) and step.starts_job:
-                _apply_step(node, step, connections[node.host], report)
+    for check in plan.checks:
+        check_reach(check, connections, report)
+    started: list[NodePlan] = []
+    try:
+        for node in plan.nodes:
+            for step in node.steps:
+                if isinstance(step, RunCommand) and step.starts_job:
+                    _apply_step(node, step, connections[node.host], report)
+            started.append(node)
+    except BaseException:
+        for node in started:
+            report(f"node {node.rank}: stopping it (another node failed to start)")
+            connections[node.host].run(_cancel_argv(node))
+        raise
+
+
+def _cancel_argv(node: NodePlan) -> list[str]:
+    start = next(s for s in node.steps if isinstance(s, RunCommand) and s.starts_job)
+    return [start.argv[0], start.argv[1], "cancel", node.node_dir, "5"]
+
+
+def check_reach(check: ReachCheck, connections: dict[str, Connection], report: Report) -> None:
+    """Every other host dials node 0's rendezvous port while a listener holds it."""
+    heard: dict[str, Result] = {}
+    expected = len(check.from_hosts)
+    listen = ["python3", "-c", LISTEN, check.address, str(check.port), str(expected),
+              str(REACH_TIMEOUT_S)]  # fmt: skip
+    listener = threading.Thread(
+        target=lambda: heard.setdefault("r", connections[check.host].run(listen)), daemon=True
+    )
+    listener.start()
+    failures = []
+    for host in check.from_hosts:
+        dial = ["python3", "-c", DIAL, check.address, str(check.port), str(REACH_TIMEOUT_S - 5)]
+        result = connections[host].run(dial)
+        if not result.ok:
+            failures.append(f"{host}: {_last(result)}")
+    listener.join(REACH_TIMEOUT_S + 10)
+    result = heard.get("r")
+    if result is not None and not result.ok:
+        failures.insert(0, f"{check.host} (node 0): {_last(result)}")
+    if failures:
+        raise GpujobError(
+            f"rendezvous check failed, nothing started: {'; '.join(failures)}",
+            f"open TCP port {check.port} (and the ephemeral ports) between the hosts, or "
+            "set run.rdzv_port to a free port",
+        )
+    report(f"every node reaches node 0 at {check.address}:{check.port}")
+
+
+def _last(result: Result) -> str:
+    """The last line said; for the agent's JSON status, its reason."""
+    import json
+
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    if not lines:
+        return f"exit {result.exit_code}"
+    try:
+        status = json.loads(lines[-1])
+    except ValueError:
+        return lines[-1]
+    return str(status.get("reason", lines[-1])) if isinstance(status, dict) else lines[-1]
 
 
 def _apply_step(node: NodePlan, step: Step, conn: Connection, report: Report) -> None:
@@ -37,11 +145,10 @@ def _apply_step(node: NodePlan, step: Step, conn: Connection, report: Report) ->
     elif isinstance(step, RunCommand):
         result = conn.run(step.argv, stream=not step.starts_job)
         if not result.ok:
-            detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
             raise GpujobError(
                 f"node {node.rank} ({node.host}): could not {step.why} "
-                f"(exit {result.exit_code}): {detail[0]}",
-                "run the same command with --dry-run to see it in full",
+                f"(exit {result.exit_code}): {_last(result)}",
+                f"the command was: {shlex.join(step.argv)[:300]}",
             )
         if step.starts_job:
             report(f"node {node.rank}: job started")

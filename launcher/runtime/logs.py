@@ -1,21 +1,34 @@
 """Stream a job's logs by byte offset until every node has ended and its log is drained.
 
 The agent on each host owns the log file; the client only ever asks for bytes from an offset,
-so a dropped connection or a restarted client loses nothing and repeats nothing.
+so a dropped connection or a restarted client loses nothing and repeats nothing. A host that
+stays unreachable is asked again with backoff for a while (rented hosts drop SSH for a
+minute at a time) before the stream gives up.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from launcher.errors import GpujobError
 from launcher.remote.base import Connection
 
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
+FAILED = ("failed", "lost")
 POLL_MIN_S = 0.05
 POLL_MAX_S = 0.5
+BACKOFF_MAX_S = 15.0
+
+
+def reconnect_budget_s() -> float:
+    """How long one host may stay unreachable before `logs -f` gives up (the job goes on)."""
+    return float(os.environ.get("GPUJOB_RECONNECT_S", "600"))
 
 
 @dataclass
@@ -27,73 +40,226 @@ class NodeStream:
     status: dict[str, Any] = field(default_factory=dict)
     partial: bytes = b""
     done: bool = False
+    unreachable_since: float | None = None
+    backoff_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Output:
+    """How bytes reach the reader: `prefix` marks lines with their node rank; `collapse`
+    shows `\\r`-rewritten lines (progress bars) as a terminal would, once each."""
+
+    out: BinaryIO
+    prefix: bool = False
+    collapse: bool = False
+
+
+Note = Callable[[str], None]
+
+
+class Stopped(Exception):
+    """The reader asked to stop (Ctrl-C, SIGTERM, SIGHUP): what was shown is recorded."""
+
+
+_stop_requested: list[int] = []
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Ctrl-C, a closed terminal or a kill only raise a flag, which the stream checks between
+    one read and the next: the bytes shown and the offset recorded never disagree, so the
+    next `logs -f` repeats nothing and misses nothing. (Blocking signals in this thread would
+    not do: paramiko's thread takes them.) A second Ctrl-C stops at once."""
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in stops}
+
+    def flag(signum: int, frame: object) -> None:
+        if _stop_requested:
+            raise KeyboardInterrupt
+        _stop_requested.append(signum)
+
+    for sig in stops:
+        signal.signal(sig, flag)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _stop_requested.clear()
 
 
 def follow_logs(
     streams: list[NodeStream],
-    out: BinaryIO,
+    output: Output,
     *,
     follow: bool,
-    prefix: bool,
     on_progress: Callable[[NodeStream], None] | None = None,
+    on_failure: Callable[[NodeStream], None] | None = None,
+    note: Note | None = None,
 ) -> list[NodeStream]:
-    """Copy log bytes to `out`; with `prefix`, lines are marked with their node rank."""
+    """Copy log bytes to the output until every node has ended (with `follow`) or until
+    each log's end now. `on_failure` is called once, for the first node seen failed while
+    others still run (the caller stops them: a job fails as a whole)."""
+    try:
+        return _follow(streams, output, follow, on_progress, on_failure, note)
+    except (Stopped, KeyboardInterrupt):
+        for stream in streams:  # held back for a whole line, but already recorded as shown
+            _flush_partial(output, stream)
+        output.out.flush()
+        raise KeyboardInterrupt from None
+
+
+def _follow(
+    streams: list[NodeStream],
+    output: Output,
+    follow: bool,
+    on_progress: Callable[[NodeStream], None] | None,
+    on_failure: Callable[[NodeStream], None] | None,
+    note: Note | None,
+) -> list[NodeStream]:
     delay = POLL_MIN_S
+    failure_seen = False
     while True:
         moved = False
         for stream in streams:
-            if stream.done:
+            if _stop_requested:
+                raise Stopped
+            if stream.done or not _due(stream):
                 continue
-            data, status = stream.connection.read_log(stream.node_dir, stream.offset)
+            read = _read(stream, follow, note)
+            if read is None:
+                continue
+            data, status = read
             stream.status = status
             if data:
                 moved = True
                 stream.offset += len(data)
-                _write(out, stream, data, prefix)
+                _write(output, stream, data)
+                output.out.flush()
                 if on_progress:
                     on_progress(stream)
             elif status.get("state") in TERMINAL or not follow:
                 stream.done = True
-                if stream.partial:
-                    out.write(_prefixed(stream.rank, stream.partial + b"\n"))
-                    stream.partial = b""
-        out.flush()
+                _flush_partial(output, stream)
+            if (
+                on_failure
+                and not failure_seen
+                and status.get("state") in FAILED
+                and any(s.status.get("state") not in TERMINAL for s in streams if s is not stream)
+            ):
+                failure_seen = True
+                on_failure(stream)
+        output.out.flush()
         if all(stream.done for stream in streams):
             return streams
         if moved:
             delay = POLL_MIN_S
             continue
+        if _stop_requested:
+            raise Stopped
         time.sleep(delay)
         delay = min(delay * 2, POLL_MAX_S)
 
 
-def _write(out: BinaryIO, stream: NodeStream, data: bytes, prefix: bool) -> None:
-    if not prefix:
-        out.write(data)
+def _due(stream: NodeStream) -> bool:
+    """An unreachable host is asked again only after its backoff."""
+    if stream.unreachable_since is None:
+        return True
+    return time.monotonic() >= stream.unreachable_since + stream.backoff_s
+
+
+def _read(stream: NodeStream, follow: bool, note: Note | None) -> tuple[bytes, Any] | None:
+    try:
+        data, status = stream.connection.read_log(stream.node_dir, stream.offset)
+    except GpujobError as err:
+        now = time.monotonic()
+        if stream.unreachable_since is None:
+            stream.unreachable_since = now
+            stream.backoff_s = 0.5
+        elapsed = now - stream.unreachable_since
+        if not follow or elapsed > reconnect_budget_s():
+            raise
+        stream.backoff_s = min(BACKOFF_MAX_S, max(stream.backoff_s * 2, elapsed + 0.5))
+        if note:
+            note(f"node {stream.rank}: {err.one_line()}; trying again (job unaffected)")
+        return None
+    if stream.unreachable_since is not None and note:
+        note(f"node {stream.rank}: reconnected; resuming at byte {stream.offset}")
+    stream.unreachable_since = None
+    return data, status
+
+
+def _write(output: Output, stream: NodeStream, data: bytes) -> None:
+    if not (output.prefix or output.collapse):
+        output.out.write(data)
         return
     data = stream.partial + data
-    whole, _, stream.partial = data.rpartition(b"\n")
-    if whole or data.endswith(b"\n"):
-        out.write(_prefixed(stream.rank, whole + b"\n"))
+    whole, newline, stream.partial = data.rpartition(b"\n")
+    if newline:
+        output.out.write(_render(output, stream.rank, whole + b"\n"))
 
 
-def _prefixed(rank: int, data: bytes) -> bytes:
-    tag = f"[node {rank}] ".encode()
-    return b"".join(tag + line for line in data.splitlines(keepends=True))
+def _flush_partial(output: Output, stream: NodeStream) -> None:
+    """A last line without a newline: shown as it is (with a newline only after a prefix,
+    so a plain stream stays byte for byte the host's file)."""
+    if stream.partial:
+        tail = _render(output, stream.rank, stream.partial)
+        output.out.write(tail + b"\n" if output.prefix else tail)
+        stream.partial = b""
+
+
+def _render(output: Output, rank: int, data: bytes) -> bytes:
+    lines = data.split(b"\n")  # not splitlines(): a `\r` does not end a line
+    lines = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    if output.collapse:
+        lines = [collapse_carriage_returns(line) for line in lines]
+    if output.prefix:
+        tag = f"[node {rank}] ".encode()
+        lines = [tag + line for line in lines]
+    return b"".join(lines)
+
+
+def collapse_carriage_returns(line: bytes) -> bytes:
+    """What a terminal leaves on screen for a line rewritten with `\\r`: each segment
+    overwrites the start of the last (`50%\\r100%` shows `100%`; `abcd\\rxy` shows
+    `xycd`). A `\\r\\n` ending is a line ending, not a rewrite."""
+    body, end = line, b""
+    if body.endswith(b"\n"):
+        body, end = body[:-1], b"\n"
+    if body.endswith(b"\r"):
+        body, end = body.rstrip(b"\r"), b"\r" + end
+    if b"\r" not in body:
+        return line
+    screen = ""
+    for segment in body.decode(errors="surrogateescape").split("\r"):
+        screen = segment + screen[len(segment) :]
+    return screen.encode(errors="surrogateescape") + end
+
+
+def first_failure(streams: list[NodeStream]) -> NodeStream | None:
+    """The node that failed first (by the time its agent recorded the end): the cause, when
+    the others failed or were stopped because of it."""
+    failed = [s for s in streams if s.status.get("state") in FAILED]
+    if not failed:
+        return None
+    return min(failed, key=lambda s: (s.status.get("ended_at") or float("inf"), s.rank))
 
 
 def job_exit_code(streams: list[NodeStream]) -> int:
-    """The job's exit code: the first failing node's, else 0."""
+    """The job's exit code: the first failing node's, else the first nonzero, else 0."""
+    cause = first_failure(streams)
+    if cause is not None:
+        return 1 if cause.status.get("state") == "lost" else int(cause.status.get("exit_code") or 1)
     for stream in streams:
-        state = stream.status.get("state")
-        if state == "lost":
-            return 1
         code = stream.status.get("exit_code")
-        if state in TERMINAL and code:
+        if stream.status.get("state") in TERMINAL and code:
             return int(code)
     return 0
 
 
 def last_line(data: bytes) -> str | None:
-    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    """The last non-blank line as a terminal shows it (a progress bar's final state)."""
+    text = data.decode(errors="replace").replace("\r\n", "\n")
+    lines = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+    lines = [line for line in lines if line.strip()]
     return lines[-1][-200:] if lines else None

@@ -56,3 +56,20 @@ def docker(host, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["docker", "-H", host.docker_host, *args], capture_output=True, text=True, timeout=300
     )
+
+
+def gpujob(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The installed CLI in a subprocess, as a user runs it."""
+    import sys
+
+    cli = str(Path(sys.executable).with_name("gpujob"))
+    return subprocess.run([cli, *args], env=env, capture_output=True, timeout=timeout)
+
+
+def job_row(env: dict[str, str], job_id: str) -> dict:
+    """`gpujob status --json`'s row for one job."""
+    import json
+
+    done = gpujob(env, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    return next(row for row in json.loads(done.stdout) if row["id"] == job_id)

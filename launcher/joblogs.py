@@ -1,0 +1,223 @@
+"""`gpujob logs`: a job's log from its hosts, by byte offset, and the job's exit code.
+
+A follow records each node's offset in the state db as bytes are written, so a client that
+is killed and started again continues where the last one stopped (nothing twice); a follow
+that saw the job end clears them, so a later `logs -f` shows the whole log again. In a
+multi-node job the first node to fail ends the job on every node, and its last lines are
+shown: they hold the crashing rank's error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import UsageError
+from launcher.jobs import close_all, job_connections, job_or_fail, say
+from launcher.state.db import JobRecord, StateDB
+
+FAIL_FAST_GRACE_S = 10.0
+CAUSE_LINES = 12
+TORCHRUN_FAILED = re.compile(
+    r"torch[./]distributed[./]elastic.*failed \(exitcode: |ChildFailedError"
+)
+PEER_LOST = re.compile(
+    r"closed by peer|Connection reset|Broken pipe|remote process exited|communicator was aborted"
+    r"|Connection refused"
+)
+
+
+def logs(
+    reference: str,
+    *,
+    follow: bool,
+    node: int | None = None,
+    tail: int | None = None,
+    connections: list[Any] | None = None,
+) -> int:
+    db = StateDB()
+    job = job_or_fail(db, reference)
+    conns = connections or job_connections(job)
+    try:
+        return _logs(db, job, conns, follow=follow, node=node, tail=tail)
+    finally:
+        close_all(conns)
+
+
+def _logs(
+    db: StateDB,
+    job: JobRecord,
+    conns: list[Any],
+    *,
+    follow: bool,
+    node: int | None,
+    tail: int | None,
+) -> int:
+    from launcher.runtime.logs import (
+        NodeStream,
+        Output,
+        first_failure,
+        follow_logs,
+        job_exit_code,
+        stop_on_signals,
+    )
+
+    streams = [
+        NodeStream(rank=rank, node_dir=node_dir, connection=conns[rank])
+        for rank, node_dir in enumerate(job.node_dirs)
+        if node is None or rank == node
+    ]
+    if not streams:
+        raise UsageError(f"job {job.id} has no node {node}; it has {len(job.node_dirs)}")
+    for stream in streams:
+        if tail is not None:
+            stream.offset = _tail_offset(stream, tail)
+        elif follow:
+            stream.offset = db.offset(job.id, stream.rank)
+            if stream.offset:
+                say(f"node {stream.rank}: resuming at byte {stream.offset}, where the last "
+                    "follow stopped")  # fmt: skip
+    output = Output(
+        sys.stdout.buffer,
+        prefix=len(job.node_dirs) > 1,
+        collapse=len(job.node_dirs) > 1 or not sys.stdout.isatty(),
+    )
+
+    def record(stream: NodeStream) -> None:
+        if follow and tail is None:
+            db.set_offset(job.id, stream.rank, stream.offset)
+
+    def stop_the_rest(failed: NodeStream) -> None:
+        state = failed.status.get("state")
+        say(f"node {failed.rank} {state} (exit code {failed.status.get('exit_code')}); "
+            "stopping the other nodes")  # fmt: skip
+        _cancel_nodes(job, conns, skip=failed.rank)
+
+    try:
+        with stop_on_signals():
+            done = follow_logs(
+                streams, output, follow=follow, on_progress=record,
+                on_failure=stop_the_rest if follow and node is None else None, note=say,
+            )  # fmt: skip
+    except KeyboardInterrupt:
+        say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    states = {stream.status.get("state") for stream in done}
+    if not (follow or states <= {"succeeded", "failed", "cancelled", "lost"}):
+        return 0
+    code = job_exit_code(done)
+    state = _job_state(done)
+    if state not in ("succeeded", "failed", "cancelled", "lost"):
+        return 0
+    texts = {s.rank: _tail_text(s) for s in done if s.status.get("state") in ("failed", "lost")}
+    cause = pick_cause(done, texts) if len(done) > 1 else first_failure(done)
+    if cause is not None and cause.status.get("state") == "failed":
+        code = int(cause.status.get("exit_code") or 1)
+    db.update_job(job.id, state, exit_code=code, last_line=_final_line(cause or done[0]))
+    if follow and tail is None and node is None:
+        for stream in done:
+            db.set_offset(job.id, stream.rank, 0)
+    if follow:
+        if cause is not None and len(job.node_dirs) > 1:
+            _show_cause(cause, texts[cause.rank])
+        say(f"job {job.id} {state} (exit code {code})")
+    return code
+
+
+def _cancel_nodes(job: JobRecord, conns: list[Any], skip: int) -> None:
+    from launcher.jobs import agent_argv
+
+    for rank, node_dir in enumerate(job.node_dirs):
+        if rank != skip:
+            conns[rank].run(agent_argv(job, node_dir, "cancel", f"{FAIL_FAST_GRACE_S:g}"))
+
+
+def _show_cause(cause: Any, text: str) -> None:
+    lines = crash_lines(text)
+    say(f"node {cause.rank} failed first (exit code {cause.status.get('exit_code')}); "
+        "its last lines:")  # fmt: skip
+    for line in lines:
+        sys.stderr.write(f"  [node {cause.rank}] {line}\n")
+    sys.stderr.flush()
+
+
+def _tail_text(stream: Any, size: int = 64 << 10) -> str:
+    data, _ = stream.connection.read_log(stream.node_dir, max(0, stream.offset - size))
+    return data.decode(errors="replace")
+
+
+def crash_lines(text: str) -> list[str]:
+    """The failing rank's own last lines (its traceback), then torchrun's verdict (which
+    rank, which exit code), without the launcher's own traceback in between."""
+    lines = text.splitlines()
+    marker = next((i for i, line in enumerate(lines) if TORCHRUN_FAILED.search(line)), None)
+    if marker is None:
+        return lines[-CAUSE_LINES:]
+    own = [line for line in lines[:marker] if line.strip()][-CAUSE_LINES:]
+    verdict = [line.strip() for line in lines[marker:]
+               if line.strip().startswith(("rank ", "exitcode "))]  # fmt: skip
+    return own + verdict[:2]
+
+
+def pick_cause(streams: list[Any], texts: dict[int, str]) -> Any:
+    """The node that failed first. Every node of a broken world fails, most of them because a
+    peer vanished; the cause is the failed node whose ranks did not die of a lost peer, the
+    earliest if several (by the time each agent recorded the end)."""
+    from launcher.runtime.logs import FAILED
+
+    failed = [s for s in streams if s.status.get("state") in FAILED]
+    if not failed:
+        return None
+
+    def order(stream: Any) -> tuple[bool, float, int]:
+        own = "\n".join(crash_lines(texts.get(stream.rank, "")))
+        return (bool(PEER_LOST.search(own)), stream.status.get("ended_at") or 0.0, stream.rank)
+
+    return min(failed, key=order)
+
+
+def _quiet_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _tail_offset(stream: Any, lines: int) -> int:
+    """Offset of the last `lines` lines, reading backwards from the end in 64 KiB steps: a
+    10 GB log is never read whole."""
+    size = _log_size(stream)
+    start, found = size, b""
+    while start > 0 and found.count(b"\n") <= lines:
+        start = max(0, start - (64 << 10))
+        data, _ = stream.connection.read_log(stream.node_dir, start)
+        found = data[: size - start]
+    keep = found.rstrip(b"\n").split(b"\n")[-lines:] if lines else []
+    return size - len(b"\n".join(keep)) - (1 if found.endswith(b"\n") and keep else 0)
+
+
+def _log_size(stream: Any) -> int:
+    path = f"{stream.node_dir}/job.log"
+    if stream.connection.host == "local":
+        return Path(path).stat().st_size if Path(path).exists() else 0
+    result = stream.connection.run(["stat", "-c", "%s", path])
+    return int(result.stdout.strip()) if result.ok else 0
+
+
+def _job_state(streams: list[Any]) -> str:
+    states = [stream.status.get("state") for stream in streams]
+    for state in ("lost", "failed", "cancelled"):
+        if state in states:
+            return state
+    return states[0] if len(set(states)) == 1 else "running"
+
+
+def _final_line(stream: Any) -> str | None:
+    from launcher.runtime.logs import last_line
+
+    data, _ = stream.connection.read_log(stream.node_dir, max(0, stream.offset - 4096))
+    return last_line(data)

@@ -1,0 +1,133 @@
+"""`gpujob status` and `gpujob cancel`: what each job's nodes are doing, and stopping them.
+
+The agents are the truth; the db is a cache. `status` asks the agent of every node of a job
+that has not ended (one SSH command per node, one connection per host) and records what it
+learns: a node whose supervisor is gone after a reboot reads `lost`, never `running`. A host
+that does not answer shows `unreachable` without changing the record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from launcher.errors import GpujobError
+from launcher.jobs import agent_argv, close_all, job_connections, job_or_fail, say
+from launcher.state.db import JobRecord, StateDB
+
+ORDER = ("lost", "failed", "cancelled", "running", "starting", "succeeded")
+
+
+def status_rows(limit: int = 20) -> list[dict[str, Any]]:
+    """Jobs, newest first, refreshed from their agents."""
+    db = StateDB()
+    rows = []
+    for job in db.jobs(limit):
+        state, code, last = job.state, job.exit_code, job.last_line
+        nodes: list[dict[str, Any]] = [{"rank": rank, "state": state}
+                                       for rank in range(len(job.node_dirs))]  # fmt: skip
+        if not job.terminal:
+            statuses = _node_statuses(job)
+            if statuses is None:
+                state = "unreachable"
+            else:
+                nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
+                state, code, last = _record(db, job, statuses)
+        refreshed = db.job(job.id) or job
+        runtime_s = (refreshed.ended_at or time.time()) - job.created_at
+        rows.append(
+            {
+                "id": job.id, "name": job.name, "state": state, "exit_code": code,
+                "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
+                "runtime_s": round(runtime_s, 1), "last_line": last or "",
+                "node_states": nodes,
+            }
+        )  # fmt: skip
+    return rows
+
+
+def for_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each node's state in the `nodes` column: `2: 0 running, 1 failed`."""
+    shown = []
+    for row in rows:
+        nodes = row["node_states"]
+        detail = ", ".join(f"{n['rank']} {n['state']}" for n in nodes)
+        shown.append(dict(row, nodes=f"{len(nodes)}: {detail}" if len(nodes) > 1 else "1"))
+    return shown
+
+
+def _node_row(rank: int, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "state": status.get("state"),
+        "exit_code": status.get("exit_code"),
+        "last_line": status.get("last_line") or "",
+    }
+
+
+def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
+    if job.provider == "local":
+        from pathlib import Path
+
+        from launcher.agent.agent import last_line, status_of
+
+        return [
+            dict(status_of(Path(d)), last_line=last_line(Path(d))) for d in job.node_dirs
+        ]  # fmt: skip
+    try:
+        conns = job_connections(job)
+    except GpujobError:
+        return None
+    try:
+        results = [conn.run(agent_argv(job, node_dir, "status")) for conn, node_dir
+                   in zip(conns, job.node_dirs, strict=True)]  # fmt: skip
+        return [json.loads(r.stdout) for r in results] if all(r.ok for r in results) else None
+    except (GpujobError, ValueError, OSError):
+        return None
+    finally:
+        close_all(conns)
+
+
+def _record(
+    db: StateDB, job: JobRecord, statuses: list[dict[str, Any]]
+) -> tuple[str, int | None, str | None]:
+    """The job's state from its nodes' (the worst wins) and the line to show: the last line
+    of the node that decided it."""
+    states = [s.get("state") for s in statuses]
+    for state in ORDER:
+        if state in states:
+            node = next(s for s in statuses if s.get("state") == state)
+            code = node.get("exit_code")
+            last = node.get("last_line")
+            if state in ("lost", "failed", "cancelled") or set(states) == {"succeeded"}:
+                code = code if code is not None else (0 if state == "succeeded" else 1)
+                db.update_job(job.id, state, exit_code=code, last_line=last)
+            return state, code, last
+    return job.state, job.exit_code, job.last_line
+
+
+def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
+    db = StateDB()
+    job = job_or_fail(db, reference)
+    commands = [agent_argv(job, node_dir, "cancel", f"{grace_s:g}") for node_dir in job.node_dirs]
+    if dry_run:
+        import shlex
+
+        for rank, argv in enumerate(commands):
+            print(f"node {rank}: {shlex.join(argv)}")
+        return 0
+    conns = job_connections(job)
+    failures = []
+    try:
+        for rank, argv in enumerate(commands):
+            result = conns[rank].run(argv)
+            if not result.ok:
+                failures.append(f"node {rank}: {result.stderr.strip()[-200:]}")
+    finally:
+        close_all(conns)
+    if failures:
+        raise GpujobError(f"cancel failed on {'; '.join(failures)}")
+    db.update_job(job.id, "cancelled")
+    say(f"job {job.id} cancelled on {len(commands)} node(s)")
+    return 0

@@ -1,0 +1,103 @@
+"""The docker runtime's part of a Plan: the image pull, the `docker run` line, the env file.
+
+The container runs the same `run.sh` as the bare runtime. Paths are mounted at the same
+place inside as outside, so the script, the log and the checkpoints have one name
+everywhere. The container's command appends its output to the node's `job.log` on the
+host's disk (a bind mount), so the log never depends on Docker's log driver or on the agent
+process staying up; `--init` plus the script's `exec` put torchrun right under tini, so
+`docker stop`'s SIGTERM reaches it (runtime.md 4.3).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from launcher.errors import UsageError
+from launcher.plan.model import RunCommand, Target, WriteFile
+
+LABEL = "gpujob.job"
+STACK_BYTES = 64 << 20  # NGC's recommended stack limit for PyTorch containers
+# `bash -c SCRIPT run.sh job.log`: $0 and $1 are the two paths, so nothing is re-quoted.
+CONTAINER_SCRIPT = 'exec bash "$0" >>"$1" 2>&1'
+
+
+def container_name(job_id: str, rank: int) -> str:
+    return f"gpujob-{job_id}-node{rank}"
+
+
+def pull_step(target: Target) -> RunCommand:
+    """Once per host: pull the image unless the host has it, with the pull's progress shown
+    (on stderr, which `apply` streams)."""
+    image = _image(target)
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            f"image={shlex.quote(image)}",
+            'if docker image inspect "$image" >/dev/null 2>&1; then exit 0; fi',
+            'echo "[gpujob] pulling $image" >&2',
+            'docker pull "$image" >&2',
+        ]
+    )
+    return RunCommand(argv=("bash", "-c", script), why=f"pull the job image {image} if missing")
+
+
+def run_argv(
+    target: Target,
+    *,
+    job_id: str,
+    rank: int,
+    job_dir: str,
+    node_dir: str,
+    checkpoint_dir: str,
+    shm_gb: int,
+    grace_s: int,
+    env_file: str | None,
+) -> list[str]:
+    """The literal `docker run` the agent executes on the host (detached)."""
+    workdir = f"{job_dir}/workdir"
+    argv = [
+        "docker", "run", "--detach",
+        "--name", container_name(job_id, rank),
+        "--label", f"{LABEL}={job_id}", "--label", f"gpujob.node={rank}",
+        "--init",
+    ]  # fmt: skip
+    if target.host_gpus > 0:
+        argv += ["--gpus", "all"]
+    argv += ["--ipc=host", "--shm-size", f"{shm_gb}g", "--network", "host"]
+    if target.raise_memlock:  # pinned memory for NCCL/IB; refused where the host lacks the cap
+        argv += ["--ulimit", "memlock=-1"]
+    argv += [
+        "--ulimit", f"stack={STACK_BYTES}",
+        "--stop-timeout", str(grace_s),
+        "--volume", f"{workdir}:{workdir}",
+        "--volume", f"{checkpoint_dir}:{checkpoint_dir}",
+        "--volume", f"{node_dir}:{node_dir}",
+        "--workdir", workdir,
+    ]  # fmt: skip
+    if env_file:
+        argv += ["--env-file", env_file]
+    argv += ["--entrypoint", "bash", _image(target), "-c", CONTAINER_SCRIPT]
+    argv += [f"{node_dir}/run.sh", f"{node_dir}/job.log"]
+    return argv
+
+
+def env_file(path: str, secrets: dict[str, str]) -> WriteFile:
+    """`NAME=value` lines, taken by Docker byte for byte (no quotes, no expansion); a value
+    Docker cannot carry (a newline) is refused here rather than cut short there."""
+    for name, value in secrets.items():
+        if "\n" in value or "\r" in value:
+            raise UsageError(
+                f"secrets: {name} holds a line break, which a Docker env file cannot carry",
+                "store it base64-encoded and decode it in the job",
+            )
+    content = "".join(f"{name}={value}\n" for name, value in sorted(secrets.items()))
+    return WriteFile(path=path, content=content, mode=0o600, secret=True)
+
+
+def _image(target: Target) -> str:
+    if not target.image_ref:
+        raise UsageError(
+            "the docker runtime needs an image reference",
+            "give `image:` a full image name, or set GPUJOB_REGISTRY for image definitions",
+        )
+    return target.image_ref

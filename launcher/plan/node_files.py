@@ -1,0 +1,74 @@
+"""The per-node files the agent reads: job.json (what to run, how to care for checkpoints)
+and the secrets file (JSON for the bare runtime, a Docker env file for containers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from launcher.plan import docker
+from launcher.plan.model import Step, Target, WriteFile
+from launcher.spec.job import JobSpec
+
+if TYPE_CHECKING:
+    from launcher.plan.build import CheckpointSync
+
+SECRETS_JSON = "secrets.json"
+SECRETS_ENV = "secrets.env"
+GRACE_S = 30
+
+
+def checkpoint_care(spec: JobSpec, job_dir: str, sync: CheckpointSync | None) -> dict[str, object]:
+    """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py)."""
+    ckpt = spec.checkpoints
+    return {
+        "dir": str(PurePosixPath(job_dir) / ckpt.dir),
+        "keep_last": ckpt.keep_last,
+        "sync_to": sync.rclone_path if sync else None,
+        "sync_remote": ckpt.sync_to,
+        "on_checkpoint": ckpt.on_checkpoint,
+        "workdir": f"{job_dir}/workdir",
+        "storage_env_file": "storage.json" if sync and sync.env else None,
+    }
+
+
+def secrets_file(target: Target, node_dir: str, secrets: dict[str, str]) -> Step | None:
+    """Mode 0600 from the first byte; the agent deletes it once the job has started. The
+    bare runtime's agent reads JSON into the job's environment; Docker reads an env file."""
+    if not secrets:
+        return None
+    if target.runtime == "docker":
+        return docker.env_file(f"{node_dir}/{SECRETS_ENV}", secrets)
+    return WriteFile(
+        path=f"{node_dir}/{SECRETS_JSON}",
+        content=json.dumps(secrets, sort_keys=True) + "\n",
+        mode=0o600,
+        secret=True,
+    )
+
+
+def agent_config(
+    spec: JobSpec,
+    target: Target,
+    job_id: str,
+    rank: int,
+    secrets: dict[str, str],
+    argv: list[str],
+    care: dict[str, object] | None = None,
+) -> str:
+    docker_runtime = target.runtime == "docker"
+    config: dict[str, object] = {
+        "job_id": job_id,
+        "node_rank": rank,
+        "nnodes": spec.nodes,
+        "runtime": target.runtime,
+        "argv": argv,
+        "log": "job.log",
+        "secrets_file": (SECRETS_ENV if docker_runtime else SECRETS_JSON) if secrets else None,
+        "container": docker.container_name(job_id, rank) if docker_runtime else None,
+        "grace_s": GRACE_S,
+    }
+    if care:
+        config["checkpoints"] = care
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,262 @@
+"""Jobs in containers on lab hosts with their own dockerd, through the real CLI: one node and
+two, a crash, a cancel, a restarted client, a rebooted host.
+
+The job image is the lab's (`gpujob-lab/job:lab-cpu`, torch CPU + the pins of
+images/lab-cpu.yaml), pushed to the lab registry; each host pulls it on its first job, as a
+rented host would. Rendezvous between the two hosts is real c10d over the lab bridge.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from labtools import docker, gpujob
+from labtools import job_row as status_of
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+REPO_IMAGE = "gpujob-lab/job"
+SECRET = "s3cr3t-value-never-in-a-log"
+
+
+@dataclass(frozen=True)
+class DockerLab:
+    hosts: tuple  # LabHost, LabHost
+    hosts_file: Path
+
+    def root(self, index: int) -> Path:
+        from infra.lab import boot
+
+        return boot.host_dir(self.hosts[index].name) / "root"
+
+    def node_dir(self, index: int, job_id: str, rank: int) -> Path:
+        return self.root(index) / ".gpujob" / "jobs" / job_id / f"node-{rank}"
+
+    def job_log(self, index: int, job_id: str, rank: int = 0) -> bytes:
+        return (self.node_dir(index, job_id, rank) / "job.log").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def docker_lab(docker_hosts: tuple, tmp_path_factory: pytest.TempPathFactory) -> DockerLab:
+    """The session's two docker hosts in a hosts.yaml, and the job image in the registry."""
+    import infra.lab
+    from infra.lab import job_image
+
+    job_image.build(report=lambda line: print(f"lab: {line}"))
+    hosts_file = tmp_path_factory.mktemp("hosts") / "hosts.yaml"
+    hosts_file.write_text(
+        "hosts:\n"
+        + "".join(
+            f"  - {{name: {name}, address: {h.address}, user: root, key: {infra.lab.user_key()}}}\n"
+            for name, h in zip(("ta", "tb"), docker_hosts, strict=True)
+        )
+    )
+    return DockerLab(docker_hosts, hosts_file)
+
+
+@pytest.fixture
+def env(tmp_path: Path, docker_lab: DockerLab) -> dict[str, str]:
+    from infra.lab import registry
+
+    return dict(
+        os.environ,
+        GPUJOB_STATE_DIR=str(tmp_path / "state"),
+        GPUJOB_HOSTS_FILE=str(docker_lab.hosts_file),
+        GPUJOB_REGISTRY=registry.ADDRESS,
+        GPUJOB_IMAGE_REPO=REPO_IMAGE,
+        GJ_TOKEN=SECRET,
+    )
+
+
+def write_job(
+    folder: Path, program: str, *, nodes: int = 1, nproc: int = 1, extra: str = ""
+) -> Path:
+    work = folder / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prog.py").write_text(program)
+    spec = folder / "job.yaml"
+    spec.write_text(
+        f"name: tiny\nimage: lab-cpu\nworkdir: work\nnodes: {nodes}\nrun:\n  entrypoint: prog.py\n"
+        f"  nproc_per_node: {nproc}\n  rdzv_timeout_s: 60\nsecrets: [GJ_TOKEN]\n"
+        f"envs: {{OMP_NUM_THREADS: 1}}\n{extra}"
+    )
+    copy_images(folder)
+    return spec
+
+
+def copy_images(folder: Path) -> None:
+    """`image: lab-cpu` is found in an images/ folder beside the spec."""
+    images = folder / "images"
+    images.mkdir(exist_ok=True)
+    (images / "lab-cpu.yaml").write_text((REPO / "images" / "lab-cpu.yaml").read_text())
+
+
+def containers(lab: DockerLab, index: int, job_id: str) -> list[str]:
+    listed = docker(lab.hosts[index], "ps", "-aq", "--filter", f"label=gpujob.job={job_id}")
+    return listed.stdout.split()
+
+
+IN_CONTAINER = """
+import os, sys
+print("in container:", os.path.exists("/.dockerenv"), flush=True)
+print("secret seen:", os.environ.get("GJ_TOKEN") == "SECRET", flush=True)
+print("progress 10%\\rprogress 50%\\rprogress 100%", flush=True)
+for i in range(3000):
+    print(f"line {i}", flush=i % 100 == 0)
+sys.stdout.write("no newline at the end")
+""".replace("SECRET", SECRET)
+
+
+def test_a_job_runs_in_a_container_streams_byte_for_byte_and_leaves_nothing(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    spec = write_job(tmp_path, IN_CONTAINER)
+    done = gpujob(env, "submit", str(spec), "--on", "ta", "--job-id", "dock-ok")
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr[-3000:]
+    assert (
+        "docker runtime"
+        in gpujob(env, "submit", str(spec), "--on", "ta", "--dry-run").stdout.decode()
+    )
+    host_log = docker_lab.job_log(0, "dock-ok")
+    assert b"in container: True\n" in host_log and b"secret seen: True\n" in host_log
+    # a progress bar reads as its last state; everything else is the host's file byte for byte
+    assert done.stdout == host_log.replace(
+        b"progress 10%\rprogress 50%\rprogress 100%", b"progress 100%"
+    )
+    assert done.stdout.endswith(b"line 2999\nno newline at the end")
+    assert SECRET not in stderr and SECRET.encode() not in done.stdout
+    node = docker_lab.node_dir(0, "dock-ok", 0)
+    assert not (node / "secrets.env").exists()  # removed once the container had started
+    assert SECRET not in (node / "job.json").read_text() + (node / "run.sh").read_text()
+    assert containers(docker_lab, 0, "dock-ok") == []
+    row = status_of(env, "dock-ok")
+    assert (row["state"], row["exit_code"], row["runtime"]) == ("succeeded", 0, "docker")
+    assert row["last_line"] == "no newline at the end"
+    tail = gpujob(env, "logs", "dock-ok", "--tail", "2")
+    assert tail.stdout == b"line 2999\nno newline at the end"
+
+    failing = write_job(
+        tmp_path / "bad", "print('about to fail', flush=True)\nraise SystemExit(3)\n"
+    )
+    failed = gpujob(env, "submit", str(failing), "--on", "ta", "--job-id", "dock-bad")
+    assert failed.returncode == 1  # torchrun's own status for a failed worker
+    assert b"about to fail" in failed.stdout
+    assert status_of(env, "dock-bad")["state"] == "failed"
+
+
+RENDEZVOUS = """
+import os, socket, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"rank {rank}/{world} node {os.environ['GROUP_RANK']} sum {total.item():.0f}", flush=True)
+if os.environ.get("CRASH_RANK") == str(rank):
+    time.sleep(1)
+    raise RuntimeError(f"rank {rank} crashed on purpose")
+for _ in range(3 if os.environ.get("CRASH_RANK") is None else 300):
+    dist.barrier()
+    time.sleep(0.2)
+dist.barrier()
+print(f"rank {rank} done", flush=True)
+dist.destroy_process_group()
+os._exit(0)
+"""
+
+
+def test_two_nodes_on_two_hosts_form_one_world_of_four(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    spec = write_job(tmp_path, RENDEZVOUS, nodes=2, nproc=2)
+    done = gpujob(env, "submit", str(spec), "--on", "ta,tb", "--job-id", "two-nodes")
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, err[-3000:] + out[-3000:]
+    assert "every node reaches node 0 at" in err
+    for rank, node in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        assert f"[node {node}] rank {rank}/4 node {node} sum 10" in out, out
+    # each node's log lives on its own host
+    assert b"rank 2/4" in docker_lab.job_log(1, "two-nodes", 1)
+    assert b"rank 2/4" not in docker_lab.job_log(0, "two-nodes", 0)
+    only = gpujob(env, "logs", "two-nodes", "--node", "1")
+    assert b"rank 3/4 node 1" in only.stdout and b"rank 0/4" not in only.stdout
+    row = status_of(env, "two-nodes")
+    assert row["state"] == "succeeded" and [n["state"] for n in row["node_states"]] == [
+        "succeeded",
+        "succeeded",
+    ]
+
+
+def test_a_rank_crash_on_node_1_stops_both_nodes_and_shows_its_last_lines(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    spec = write_job(tmp_path, RENDEZVOUS, nodes=2, nproc=2, extra="")
+    env = dict(env)
+    done = gpujob(env, "submit", str(spec), "--on", "ta", "--on", "tb", "--job-id", "crash",
+                  "--set", "envs.CRASH_RANK=3")  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 1, err[-3000:]
+    assert "node 1 failed first (exit code 1); its last lines:" in err, err[-3000:]
+    assert "RuntimeError: rank 3 crashed on purpose" in err
+    row = status_of(env, "crash")
+    assert row["state"] == "failed"
+    assert all(n["state"] in ("failed", "cancelled") for n in row["node_states"]), row
+    assert containers(docker_lab, 0, "crash") == [] and containers(docker_lab, 1, "crash") == []
+
+
+def test_cancel_stops_the_container_and_a_restarted_client_picks_up_the_log(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    program = (
+        "import time\nfor i in range(100000):\n"
+        "    print(f'tick {i:06d}', flush=True)\n    time.sleep(0.002)\n"
+    )
+    spec = write_job(tmp_path, program)
+    started = gpujob(env, "submit", str(spec), "--on", "ta", "--detach", "--job-id", "ticker")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    first = subprocess.Popen([GPUJOB, "logs", "ticker", "-f"], env=env, stdout=subprocess.PIPE)
+    seen = b""
+    while seen.count(b"\n") < 500:
+        seen += first.stdout.read1(65536)  # type: ignore[union-attr]
+    first.terminate()  # the client is killed mid-stream; the job never notices
+    seen += first.stdout.read()  # type: ignore[union-attr]
+    first.wait()
+    assert status_of(env, "ticker")["state"] == "running"
+    time.sleep(1)
+    second = subprocess.Popen([GPUJOB, "logs", "ticker", "-f"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)  # fmt: skip
+    time.sleep(2)
+    cancelled = gpujob(env, "cancel", "ticker", "--grace", "5")
+    assert cancelled.returncode == 0, cancelled.stderr
+    rest, err = second.communicate(timeout=120)
+    assert b"resuming at byte" in err
+    host_log = docker_lab.job_log(0, "ticker")
+    assert seen + rest == host_log  # nothing lost, nothing twice, across two clients
+    assert status_of(env, "ticker")["state"] == "cancelled"
+    assert containers(docker_lab, 0, "ticker") == []
+
+
+def test_a_rebooted_host_reads_lost_not_running(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    import infra.lab
+
+    spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    started = gpujob(env, "submit", str(spec), "--on", "tb", "--detach", "--job-id", "rebooted")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    assert status_of(env, "rebooted")["state"] == "running"
+    host = docker_lab.hosts[1]
+    infra.lab.kill_host_processes(host.name)
+    infra.lab.create_host(host.name, docker=True)  # boots again: sshd and dockerd, no job
+    row = status_of(env, "rebooted")
+    assert row["state"] == "lost", row
+    assert gpujob(env, "logs", "rebooted", "-f").returncode == 1

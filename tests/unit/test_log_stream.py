@@ -1,0 +1,102 @@
+"""Following logs: progress bars as a terminal shows them, node prefixes, reconnects after a
+host stops answering, and which node of a failed multi-node job is shown as the cause."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from launcher.errors import GpujobError
+from launcher.joblogs import crash_lines, pick_cause
+from launcher.runtime.logs import NodeStream, Output, collapse_carriage_returns, follow_logs
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (b"plain\n", b"plain\n"),
+        (b"10%\r50%\r100%\n", b"100%\n"),
+        (b"abcd\rxy\n", b"xycd\n"),
+        (b"crlf ending\r\n", b"crlf ending\r\n"),
+        (b"a\rb\r\n", b"b\r\n"),
+        (b"no newline\r99%", b"99%newline"),
+        ("é 1/3\ré 3/3\n".encode(), "é 3/3\n".encode()),
+    ],
+)
+def test_carriage_returns_collapse_as_on_a_terminal(line: bytes, shown: bytes) -> None:
+    assert collapse_carriage_returns(line) == shown
+
+
+class Host:
+    """A host's log as a Connection sees it: bytes appended over time, and outages."""
+
+    host = "fake"
+
+    def __init__(self, chunks: list[bytes], down_for: int = 0) -> None:
+        self.chunks, self.log, self.down_for, self.reads = chunks, b"", down_for, 0
+
+    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
+        self.reads += 1
+        if self.down_for and self.reads % 2 == 0:
+            self.down_for -= 1
+            raise GpujobError("cannot reach fake: Connection refused")
+        if self.chunks:
+            self.log += self.chunks.pop(0)
+        state = "running" if self.chunks else "succeeded"
+        return self.log[offset:], {"state": state, "exit_code": 0}
+
+
+def test_a_host_that_drops_out_is_asked_again_and_nothing_is_lost_or_doubled() -> None:
+    chunks = [f"line {i}\n".encode() for i in range(20)]
+    host = Host(list(chunks), down_for=5)
+    out, notes = io.BytesIO(), []
+    follow_logs([NodeStream(0, "/n0", host)], Output(out), follow=True, note=notes.append)
+    assert out.getvalue() == b"".join(chunks)
+    assert any("trying again" in n for n in notes) and any("reconnected" in n for n in notes)
+
+
+def test_nodes_are_prefixed_and_progress_collapsed() -> None:
+    a = Host([b"step 1\rstep 2\n", b"half"])
+    b = Host([b"hello\n"])
+    out = io.BytesIO()
+    follow_logs([NodeStream(0, "/a", a), NodeStream(1, "/b", b)],
+                Output(out, prefix=True, collapse=True), follow=True)  # fmt: skip
+    assert sorted(out.getvalue().splitlines()) == [b"[node 0] half", b"[node 0] step 2",
+                                                   b"[node 1] hello"]  # fmt: skip
+
+
+TORCHRUN_TAIL = """\
+rank 3/4 node 1 sum 10
+Traceback (most recent call last):
+  File "/w/prog.py", line 10, in <module>
+RuntimeError: rank 3 crashed on purpose
+E1123 torch/distributed/elastic/multiprocessing/api.py:900] failed (exitcode: 1) local_rank: 1
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 900, in main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_02:50:01
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 77)
+"""
+PEER_TAIL = TORCHRUN_TAIL.replace(
+    "RuntimeError: rank 3 crashed on purpose",
+    "RuntimeError: [../gloo/transport/tcp/pair.cc:538] Connection closed by peer [10.77.0.6]:1",
+)
+
+
+def test_crash_lines_are_the_ranks_own_then_torchruns_verdict() -> None:
+    lines = crash_lines(TORCHRUN_TAIL)
+    assert lines[-3] == "RuntimeError: rank 3 crashed on purpose"
+    assert lines[-2:] == ["rank      : 3 (local_rank: 1)", "exitcode  : 1 (pid: 77)"]
+    assert not any("run.py" in line for line in lines)
+
+
+def test_the_cause_is_the_node_whose_ranks_did_not_lose_a_peer() -> None:
+    early = NodeStream(0, "/a", Host([]), status={"state": "failed", "ended_at": 1.0})
+    crashed = NodeStream(1, "/b", Host([]), status={"state": "failed", "ended_at": 2.0})
+    assert pick_cause([early, crashed], {0: PEER_TAIL, 1: TORCHRUN_TAIL}) is crashed
+    assert pick_cause([early, crashed], {0: TORCHRUN_TAIL, 1: TORCHRUN_TAIL}) is early

@@ -1,0 +1,109 @@
+"""Plans for remote hosts: the docker runtime's `docker run`, secrets as an env file, and the
+multi-node rendezvous (resolved endpoint, reach check, MASTER_ADDR, clashing variables)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+
+import pytest
+from planning import exports, plan_of, run_sh, spec_of, target, torchrun_argv, written
+
+from launcher.errors import UsageError
+from launcher.plan.model import RunCommand
+from launcher.plan.show import plan_json, plan_text
+
+IMAGE = "10.77.0.1:5000/gpujob-lab/job:lab-cpu"
+TWO = target(2, hosts=("a", "b"), addresses=("10.77.0.5", "10.77.0.6"), job_root="/root/jobs")
+DOCKER_TWO = replace(TWO, runtime="docker", python="python3", image_ref=IMAGE)
+
+
+def docker_argv(plan, rank: int = 0) -> list[str]:
+    return json.loads(written(plan.nodes[rank], "job.json").content)["argv"]
+
+
+def test_docker_run_has_the_training_flags_and_mounts_at_the_same_paths() -> None:
+    spec = spec_of(nodes=2, resources={"shm_gb": 8})
+    argv = docker_argv(plan_of(spec, DOCKER_TWO), 1)
+    line = shlex.join(argv)
+    for flag in ("--init", "--ipc=host", "--shm-size 8g", "--network host",
+                 "--ulimit memlock=-1", "--label gpujob.job=job-1", "--detach"):  # fmt: skip
+        assert flag in line, line
+    assert "--gpus" not in argv  # the lab hosts have none: never pretend
+    for mount in ("/root/jobs/job-1/workdir", "/root/jobs/job-1/checkpoints",
+                  "/root/jobs/job-1/node-1"):  # fmt: skip
+        assert f"{mount}:{mount}" in argv
+    assert argv[argv.index(IMAGE) + 1 :] == [
+        "-c", 'exec bash "$0" >>"$1" 2>&1',
+        "/root/jobs/job-1/node-1/run.sh", "/root/jobs/job-1/node-1/job.log",
+    ]  # fmt: skip
+    assert "exec " in run_sh(plan_of(spec, DOCKER_TWO), 1)  # torchrun replaces the shell
+
+
+def test_gpus_all_only_when_the_host_has_gpus() -> None:
+    argv = docker_argv(plan_of(spec_of(), replace(DOCKER_TWO, hosts=("a",), addresses=(
+        "10.77.0.5",), host_gpus=8)))  # fmt: skip
+    assert argv[argv.index("--gpus") + 1] == "all"
+
+
+def test_memlock_is_raised_only_where_the_host_can() -> None:
+    one = replace(DOCKER_TWO, hosts=("a",), addresses=("10.77.0.5",))
+    assert "memlock=-1" in docker_argv(plan_of(spec_of(), one))
+    assert "memlock=-1" not in docker_argv(plan_of(spec_of(), replace(one, raise_memlock=False)))
+
+
+def test_docker_pulls_once_per_host_before_any_start() -> None:
+    plan = plan_of(spec_of(nodes=2), replace(DOCKER_TWO, hosts=("a", "a")))
+    pulls = [s for n in plan.nodes for s in n.steps
+             if isinstance(s, RunCommand) and "docker pull" in s.argv[-1]]  # fmt: skip
+    assert len(pulls) == 1 and IMAGE in pulls[0].argv[-1]
+
+
+def test_secrets_go_in_a_0600_env_file_that_the_dry_run_masks() -> None:
+    plan = plan_of(spec_of(secrets=["TOKEN"]), replace(DOCKER_TWO, hosts=("a",),
+                   addresses=("10.77.0.5",)), secrets={"TOKEN": "v a$l'ue"})  # fmt: skip
+    env_file = written(plan.nodes[0], "secrets.env")
+    assert (env_file.mode, env_file.secret, env_file.content) == (0o600, True, "TOKEN=v a$l'ue\n")
+    argv = docker_argv(plan)
+    assert argv[argv.index("--env-file") + 1].endswith("/node-0/secrets.env")
+    for shown in (plan_text(plan), plan_json(plan)):
+        assert "v a$l'ue" not in shown and "TOKEN=***" in shown
+
+
+def test_a_secret_with_a_newline_is_refused_for_docker() -> None:
+    with pytest.raises(UsageError, match="line break"):
+        plan_of(spec_of(secrets=["K"]), replace(DOCKER_TWO, hosts=("a",), addresses=(
+            "10.77.0.5",)), secrets={"K": "a\nb"})  # fmt: skip
+
+
+def test_two_hosts_rendezvous_at_node_0s_address_with_a_reach_check() -> None:
+    spec = spec_of(nodes=2, run={"entrypoint": "train.py", "nproc_per_node": 2,
+                                 "rdzv_port": 29411, "rdzv_timeout_s": 90})  # fmt: skip
+    plan = plan_of(spec, DOCKER_TWO)
+    for rank, own in ((0, "10.77.0.5"), (1, "10.77.0.6")):
+        argv = torchrun_argv(run_sh(plan, rank))
+        assert argv[argv.index("--rdzv-endpoint") + 1] == "10.77.0.5:29411"
+        assert argv[argv.index("--local-addr") + 1] == own
+        assert "join_timeout=90" in argv[argv.index("--rdzv-conf") + 1]
+        env = exports(run_sh(plan, rank))
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.77.0.5", "29411")
+        assert "unset ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES" in run_sh(plan, rank)
+    (check,) = plan.checks
+    assert (check.host, check.address, check.port, check.from_hosts) == (
+        "a",
+        "10.77.0.5",
+        29411,
+        ("b",),
+    )
+    assert "must reach node 0 at 10.77.0.5:29411" in plan_text(plan)
+
+
+def test_a_loopback_node_0_across_hosts_is_a_plan_error() -> None:
+    with pytest.raises(UsageError, match="loopback"):
+        plan_of(spec_of(nodes=2), replace(TWO, addresses=("127.0.0.1", "10.77.0.6")))
+
+
+def test_nccl_variables_from_the_spec_reach_every_node() -> None:
+    plan = plan_of(spec_of(nodes=2, nccl={"NCCL_SOCKET_IFNAME": "=eth0"}), DOCKER_TWO)
+    assert exports(run_sh(plan, 1))["NCCL_SOCKET_IFNAME"] == "=eth0"
