@@ -41,10 +41,26 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
                 "id": job.id, "name": job.name, "state": state, "exit_code": code,
                 "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
                 "runtime_s": round(runtime_s, 1), "last_line": last or "",
-                "node_states": nodes,
+                "warning": _care_warning(job), "node_states": nodes,
             }
         )  # fmt: skip
     return rows
+
+
+def _care_warning(job: JobRecord) -> str:
+    """The agent's disk warning or the reason it stopped the job (checkpoint care)."""
+    if job.provider != "local":
+        return ""
+    from pathlib import Path
+
+    from launcher.agent.agent import status_of
+
+    for node_dir in job.node_dirs:
+        status = status_of(Path(node_dir))
+        text = status.get("stopped_reason") or (status.get("disk") or {}).get("warning")
+        if text:
+            return str(text)
+    return ""
 
 
 def for_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

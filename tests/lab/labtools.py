@@ -72,4 +72,4 @@ def job_row(env: dict[str, str], job_id: str) -> dict:
 
     done = gpujob(env, "status", "--json")
     assert done.returncode == 0, done.stderr
-    return next(row for row in json.loads(done.stdout) if row["id"] == job_id)
+    return next(row for row in json.loads(done.stdout)["jobs"] if row["id"] == job_id)
