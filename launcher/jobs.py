@@ -61,7 +61,13 @@ def submit(options: SubmitOptions) -> int:
         image = load_image_definition(spec.image, loaded.path.parent)
     except UsageError as err:
         raise UsageError(f"{loaded.where('image')}: image: {err.message}", err.hint) from None
-    target, connections, host_records = _placement(options, spec, image)
+    if options.up and options.provider == "vast":
+        # A Vast instance IS a container of the job's image: the job runs in its environment
+        # as it is; building another from the pins there would be slow and offline.
+        target, connections, host_records = _placement(options, spec, None, up_image=image)
+        image = None
+    else:
+        target, connections, host_records = _placement(options, spec, image)
     job_id = options.job_id or new_job_id(spec.name)
     if not JOB_ID.match(job_id):
         raise UsageError(
@@ -90,7 +96,9 @@ def submit(options: SubmitOptions) -> int:
             conn.close()
 
 
-def _placement(options: SubmitOptions, spec: Any, image: Any) -> tuple[Any, dict[str, Any], Any]:
+def _placement(
+    options: SubmitOptions, spec: Any, image: Any, up_image: Any = None
+) -> tuple[Any, dict[str, Any], Any]:
     """Where the job runs: this machine, the `--on` hosts, or hosts `--up` rents now."""
     from launcher import placement
 
@@ -102,7 +110,7 @@ def _placement(options: SubmitOptions, spec: Any, image: Any) -> tuple[Any, dict
         target = local_target(spec, image)
         return target, dict(local_connections()), list(target.hosts)
     if options.up:
-        entries, provider = _rented_hosts(options, spec, image)
+        entries, provider = _rented_hosts(options, spec, up_image or image)
     else:
         from launcher.providers import ssh as ssh_hosts
 

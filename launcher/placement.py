@@ -18,13 +18,21 @@ from launcher.plan.model import Target
 
 RuntimeChoice = Literal["auto", "docker", "bare"]
 
-# The image's own environment when the host is itself a container (a Vast instance is one):
-# PID 1's PATH is the image's ENV PATH, which an SSH login does not inherit.
+# The image's own environment when the host is itself a container (a Vast instance is one),
+# which an SSH login does not inherit: the first python3 that has torch, on PID 1's PATH (the
+# image's ENV; unreadable when PID 1 is sshd, which rewrites it for its title) or in the
+# usual image locations.
 FACTS_SCRIPT = r"""
+HAS_TORCH='import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'
 echo "home=$HOME"
-if [ -f /.dockerenv ] && [ -r /proc/1/environ ]; then
-  p=$(tr '\0' '\n' </proc/1/environ | sed -n 's/^PATH=//p')
-  if [ -n "$p" ]; then PATH="$p:$PATH"; fi
+if [ -f /.dockerenv ]; then
+  image_path=$({ tr '\0' '\n' </proc/1/environ; } 2>/dev/null | sed -n 's/^PATH=//p')
+  for dir in $(echo "$image_path" | tr ':' ' ') /opt/conda/bin /opt/venv/bin /usr/local/bin; do
+    if [ -x "$dir/python3" ] && "$dir/python3" -c "$HAS_TORCH" 2>/dev/null; then
+      PATH="$dir:$PATH"
+      break
+    fi
+  done
 fi
 py=$(command -v python3 || true)
 echo "python=$py"

@@ -8,6 +8,7 @@ rented host would. Rendezvous between the two hosts is real c10d over the lab br
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -260,3 +261,20 @@ def test_a_rebooted_host_reads_lost_not_running(
     row = status_of(env, "rebooted")
     assert row["state"] == "lost", row
     assert gpujob(env, "logs", "rebooted", "-f").returncode == 1
+
+
+def test_ppo_on_two_hosts_is_one_world_of_four_with_checkpoints(
+    env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    ppo = str(REPO / "jobs" / "ppo.yaml")
+    done = gpujob(env, "submit", ppo, "--set", "profile=cpu", "--set", "nodes=2",
+                  "--set", "batch.global_batch=32", "--on", "ta,tb", "--job-id", "ppo-2",
+                  timeout=900)  # fmt: skip
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, err[-3000:] + out[-3000:]
+    for rank, node in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        assert f"[node {node}] rank {rank}/4: node {node} local rank {rank % 2}" in out, out
+    assert "[node 0] ppo: policy random:64:2" in out and "32 responses/step over 4 rank(s)" in out
+    assert "[node 0] ppo step 8/8 score" in out
+    state = docker_lab.root(0) / ".gpujob/jobs/ppo-2/checkpoints/checkpoint-8/trainer_state.json"
+    assert json.loads(state.read_text())["global_step"] == 8
