@@ -10,7 +10,8 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
     gpujob-agent.py start NODE_DIR        start detached, print the status
     gpujob-agent.py status NODE_DIR       print the status (state `lost` if the host forgot it)
     gpujob-agent.py cancel NODE_DIR [S]   SIGTERM the job, SIGKILL what is left after S seconds
-    gpujob-agent.py read NODE_DIR OFFSET  write the log from OFFSET to stdout, status to stderr
+    gpujob-agent.py read NODE_DIR OFFSET [WAIT]  the log from OFFSET to stdout, status to
+                                          stderr; WAIT s for new bytes if there are none
 """
 
 from __future__ import annotations
@@ -409,11 +410,18 @@ def last_line(node_dir: Path) -> str | None:
     return lines[-1][-200:] if lines else None
 
 
-def read(node_dir: Path, offset: int) -> int:
-    """Log bytes from `offset` to stdout, then the status (with the new offset) on stderr."""
-    status = status_of(node_dir)
+def read(node_dir: Path, offset: int, wait_s: float = 0.0) -> int:
+    """Log bytes from `offset` to stdout, then the status (with the new offset) on stderr.
+    With `wait_s`, a read that finds nothing new waits up to that long for the log to grow
+    (a long poll: the client sees a new line within ~20 ms, without asking 20 times)."""
     config = read_json(node_dir / "job.json")
     path = node_dir / config.get("log", "job.log")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and _size(path) <= offset:
+        if status_of(node_dir).get("state") in TERMINAL:
+            break
+        time.sleep(0.02)
+    status = status_of(node_dir)
     out = sys.stdout.buffer
     end = offset
     try:
@@ -430,6 +438,13 @@ def read(node_dir: Path, offset: int) -> int:
     return 0
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("start", "supervise", "status", "cancel", "read"):
         sys.stderr.write(__doc__ or "")
@@ -444,7 +459,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "cancel":
         return cancel(node_dir, float(argv[2]) if len(argv) > 2 else 30.0)
-    return read(node_dir, int(argv[2]) if len(argv) > 2 else 0)
+    wait_s = float(argv[3]) if len(argv) > 3 else 0.0
+    return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 
 
 if __name__ == "__main__":

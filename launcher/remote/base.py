@@ -35,8 +35,11 @@ class Connection(Protocol):
         """Ship a directory; only changed files move. Returns the number of files sent."""
         ...
 
-    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
-        """Log bytes from `offset` and the node's agent status."""
+    def read_log(
+        self, node_dir: str, offset: int, wait_s: float = 0.0
+    ) -> tuple[bytes, dict[str, Any]]:
+        """Log bytes from `offset` and the node's agent status; with `wait_s`, a read that
+        finds nothing new waits that long for more on the host (a long poll)."""
         ...
 
     def close(self) -> None: ...

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,14 @@ class LocalConnection:
             sent += 1
         return sent
 
-    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
+    def read_log(
+        self, node_dir: str, offset: int, wait_s: float = 0.0
+    ) -> tuple[bytes, dict[str, Any]]:
+        log, deadline = Path(node_dir) / "job.log", time.monotonic() + wait_s
+        while time.monotonic() < deadline and agent._size(log) <= offset:
+            if agent.status_of(Path(node_dir)).get("state") in agent.TERMINAL:
+                break
+            time.sleep(0.02)
         status = agent.status_of(Path(node_dir))
         try:
             with open(Path(node_dir) / "job.log", "rb") as log:

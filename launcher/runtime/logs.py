@@ -24,6 +24,7 @@ FAILED = ("failed", "lost")
 POLL_MIN_S = 0.05
 POLL_MAX_S = 0.5
 BACKOFF_MAX_S = 15.0
+LONG_POLL_S = 1.0  # one node: the host holds a read that finds nothing for up to this long
 
 
 def reconnect_budget_s() -> float:
@@ -126,7 +127,8 @@ def _follow(
                 raise Stopped
             if stream.done or not _due(stream):
                 continue
-            read = _read(stream, follow, note)
+            wait = LONG_POLL_S if follow and len(streams) == 1 else 0.0
+            read = _read(stream, follow, note, wait)
             if read is None:
                 continue
             data, status = read
@@ -168,9 +170,11 @@ def _due(stream: NodeStream) -> bool:
     return time.monotonic() >= stream.unreachable_since + stream.backoff_s
 
 
-def _read(stream: NodeStream, follow: bool, note: Note | None) -> tuple[bytes, Any] | None:
+def _read(
+    stream: NodeStream, follow: bool, note: Note | None, wait_s: float = 0.0
+) -> tuple[bytes, Any] | None:
     try:
-        data, status = stream.connection.read_log(stream.node_dir, stream.offset)
+        data, status = stream.connection.read_log(stream.node_dir, stream.offset, wait_s)
     except GpujobError as err:
         now = time.monotonic()
         if stream.unreachable_since is None:
@@ -209,6 +213,8 @@ def _flush_partial(output: Output, stream: NodeStream) -> None:
 
 
 def _render(output: Output, rank: int, data: bytes) -> bytes:
+    if not output.prefix and b"\r" not in data:
+        return data  # nothing to change: no per-line work (a 10 GB log streams at disk speed)
     lines = data.split(b"\n")  # not splitlines(): a `\r` does not end a line
     lines = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     if output.collapse:

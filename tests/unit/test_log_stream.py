@@ -37,7 +37,7 @@ class Host:
     def __init__(self, chunks: list[bytes], down_for: int = 0) -> None:
         self.chunks, self.log, self.down_for, self.reads = chunks, b"", down_for, 0
 
-    def read_log(self, node_dir: str, offset: int) -> tuple[bytes, dict[str, Any]]:
+    def read_log(self, node_dir: str, offset: int, wait_s: float = 0) -> tuple[bytes, Any]:
         self.reads += 1
         if self.down_for and self.reads % 2 == 0:
             self.down_for -= 1

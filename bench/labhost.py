@@ -1,0 +1,90 @@
+"""A ready lab host for the remote-job benches: its own dockerd with the job image pulled, a
+hosts.yaml naming it, and the real OpenSSH client as the baseline's transport.
+
+Needs root and the lab up (`gpujob lab up --hosts 0`); takes the machine's lab lock so no
+test session cycles the lab under the bench, and removes the host at the end.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GPUJOB = str(REPO / ".venv" / "bin" / "gpujob")
+NAME = "gjlab-bench"
+LOCK = Path("/tmp/gpujob-lab.lock")
+
+
+@dataclass(frozen=True)
+class BenchHost:
+    address: str
+    image: str
+    env: dict[str, str]
+    folder: Path
+
+    def ssh(self, command: str) -> list[str]:
+        """The OpenSSH client, key and pin as gpujob has them, one connection per call."""
+        from infra.lab import known_hosts_path, user_key
+
+        return ["ssh", "-i", str(user_key()), "-o", f"UserKnownHostsFile={known_hosts_path()}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                f"root@{self.address}", command]  # fmt: skip
+
+    def gpujob(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess:
+        return subprocess.run([GPUJOB, *args], env=self.env, capture_output=True, **kwargs)  # type: ignore[call-overload]
+
+
+@contextmanager
+def bench_host() -> Iterator[BenchHost]:
+    sys.path.insert(0, str(REPO))
+    import infra.lab
+    from infra.lab import job_image, registry, state
+
+    if not state.alive(state.read_state()["daemons"].get("registry")):
+        sys.exit("the lab is not up: `gpujob lab up --hosts 0` first")
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ref = job_image.build(report=lambda line: print(f"lab: {line}", file=sys.stderr))
+        host = infra.lab.create_host(NAME, docker=True)
+        try:
+            pulled = subprocess.run(["docker", "-H", str(host.docker_host), "pull", "-q", ref],
+                                    capture_output=True, text=True)  # fmt: skip
+            if pulled.returncode != 0:
+                sys.exit(f"pull failed: {pulled.stderr}")
+            with tempfile.TemporaryDirectory(prefix="gjbench-") as tmp:
+                folder = Path(tmp)
+                (folder / "hosts.yaml").write_text(
+                    f"hosts:\n  - {{name: bench, address: {host.address}, user: root,"
+                    f" key: {infra.lab.user_key()}}}\n"
+                )
+                env = dict(
+                    os.environ,
+                    GPUJOB_STATE_DIR=str(folder / "state"),
+                    GPUJOB_HOSTS_FILE=str(folder / "hosts.yaml"),
+                    GPUJOB_REGISTRY=registry.ADDRESS,
+                    GPUJOB_IMAGE_REPO="gpujob-lab/job",
+                )
+                yield BenchHost(host.address, ref, env, folder)
+        finally:
+            infra.lab.destroy_host(NAME)
+
+
+def write_job(folder: Path, program: str, name: str = "bench") -> Path:
+    work = folder / "work"
+    work.mkdir(exist_ok=True)
+    (work / "prog.py").write_text(program)
+    images = folder / "images"
+    images.mkdir(exist_ok=True)
+    (images / "lab-cpu.yaml").write_text((REPO / "images" / "lab-cpu.yaml").read_text())
+    spec = folder / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nimage: lab-cpu\nworkdir: work\nrun:\n  entrypoint: prog.py\n"
+                    "  nproc_per_node: 1\n")  # fmt: skip
+    return spec
