@@ -28,6 +28,7 @@ KEEPALIVE_S = 15
 CONNECT_TIMEOUT_S = 10
 REFUSED_PATIENCE_S = 60
 READ_ATTEMPTS = 6
+BULK_SILENCE_S = 30  # a read of the agent's that sends nothing this long is a dead link
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 
 
@@ -236,6 +237,27 @@ class SSHConnection:
                     raise ConnectionLost(f"connection to {self.host} dropped")
             return channel.recv_exit_status(), bytes(out), bytes(err_bytes)
 
+    def _exec_bulk(self, command: str) -> tuple[int, bytes, bytes]:
+        """`_exec` for a command whose stdout is large and whose stderr is a line (the agent's
+        read): blocking reads of stdout, no select loop, about twice as fast on big logs."""
+        import paramiko
+
+        self.connect()
+        try:
+            channel = self._transport.open_session(timeout=CONNECT_TIMEOUT_S)
+            channel.settimeout(BULK_SILENCE_S)
+            channel.exec_command(command)
+            with channel:
+                chunks = []
+                while chunk := channel.recv(1 << 20):
+                    chunks.append(chunk)
+                err = channel.makefile_stderr("rb").read()
+                if not channel.status_event.wait(BULK_SILENCE_S) or not self._transport.is_active():
+                    raise ConnectionLost(f"connection to {self.host} dropped")
+                return channel.recv_exit_status(), b"".join(chunks), err
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            raise ConnectionLost(str(err)) from None
+
     # -- files ------------------------------------------------------------------------------
 
     def _sftp_client(self) -> Any:
@@ -326,7 +348,7 @@ class SSHConnection:
         command = shlex.join(["python3", agent, "read", node_dir, str(offset), f"{wait_s:g}"])
         for attempt in range(READ_ATTEMPTS):
             try:
-                code, data, err = self._exec(command)
+                code, data, err = self._exec_bulk(command)
             except ConnectionLost:
                 self._drop()
                 continue
