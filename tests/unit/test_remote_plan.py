@@ -107,3 +107,36 @@ def test_a_loopback_node_0_across_hosts_is_a_plan_error() -> None:
 def test_nccl_variables_from_the_spec_reach_every_node() -> None:
     plan = plan_of(spec_of(nodes=2, nccl={"NCCL_SOCKET_IFNAME": "=eth0"}), DOCKER_TWO)
     assert exports(run_sh(plan, 1))["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+@pytest.mark.parametrize(
+    ("on", "nodes", "hosts"),
+    [(("a",), 2, ["a", "a"]), (("a,b",), 2, ["a", "b"]), (("a", "b"), 2, ["a", "b"])],
+)
+def test_on_places_every_node_on_one_host_or_one_per_node(
+    on: tuple[str, ...], nodes: int, hosts: list[str]
+) -> None:
+    from launcher.placement import node_hosts, split_on
+
+    assert node_hosts(split_on(on), nodes) == hosts
+
+
+def test_on_with_the_wrong_number_of_hosts_is_a_usage_error() -> None:
+    from launcher.placement import node_hosts
+
+    with pytest.raises(UsageError, match="names 3 hosts but the job has nodes: 2"):
+        node_hosts(["a", "b", "c"], 2)
+
+
+def test_an_image_definition_is_named_under_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from planning import lab_cpu
+
+    from launcher.placement import image_reference
+
+    monkeypatch.delenv("GPUJOB_REGISTRY", raising=False)
+    assert image_reference("lab-cpu", lab_cpu()) is None
+    assert image_reference("host", None) is None
+    assert image_reference("ghcr.io/x/y:1", None) == "ghcr.io/x/y:1"
+    monkeypatch.setenv("GPUJOB_REGISTRY", "10.77.0.1:5000")
+    monkeypatch.setenv("GPUJOB_IMAGE_REPO", "gpujob-lab/job")
+    assert image_reference("lab-cpu", lab_cpu()) == IMAGE
