@@ -155,13 +155,22 @@ def test_a_job_runs_in_a_container_streams_byte_for_byte_and_leaves_nothing(
 
 
 RENDEZVOUS = """
-import os, socket, time
+import os, socket, sys, time
 import torch, torch.distributed as dist
+
+
+def say(line):
+    # one write per line: print() writes the text and its newline apart, and two ranks
+    # sharing the node's stdout can interleave between them
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
+
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([rank + 1.0])
 dist.all_reduce(total)
-print(f"rank {rank}/{world} node {os.environ['GROUP_RANK']} sum {total.item():.0f}", flush=True)
+say(f"rank {rank}/{world} node {os.environ['GROUP_RANK']} sum {total.item():.0f}")
 crash = os.environ.get("CRASH_NODE")
 if crash == os.environ["GPUJOB_NODE_RANK"] and os.environ["LOCAL_RANK"] == "1":
     time.sleep(1)
@@ -170,7 +179,7 @@ for _ in range(3 if crash is None else 300):
     dist.barrier()
     time.sleep(0.2)
 dist.barrier()
-print(f"rank {rank} done", flush=True)
+say(f"rank {rank} done")
 dist.destroy_process_group()
 os._exit(0)
 """
