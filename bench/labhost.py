@@ -77,7 +77,7 @@ def bench_host() -> Iterator[BenchHost]:
             infra.lab.destroy_host(NAME)
 
 
-def write_job(folder: Path, program: str, name: str = "bench") -> Path:
+def write_job(folder: Path, program: str, name: str = "bench", args: tuple[str, ...] = ()) -> Path:
     work = folder / "work"
     work.mkdir(exist_ok=True)
     (work / "prog.py").write_text(program)
@@ -86,5 +86,5 @@ def write_job(folder: Path, program: str, name: str = "bench") -> Path:
     (images / "lab-cpu.yaml").write_text((REPO / "images" / "lab-cpu.yaml").read_text())
     spec = folder / f"{name}.yaml"
     spec.write_text(f"name: {name}\nimage: lab-cpu\nworkdir: work\nrun:\n  entrypoint: prog.py\n"
-                    "  nproc_per_node: 1\n")  # fmt: skip
+                    f"  nproc_per_node: 1\n  args: {list(args)}\n")  # fmt: skip
     return spec

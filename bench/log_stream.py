@@ -4,6 +4,7 @@ raw `ssh host cat` of the same file, in the same run (issue 8 target: at least 0
 The job writes a log of about 100 MB (2 million lines) inside its container; then the two
 readers alternate, each piped to this process, which counts bytes and checks both got the
 whole file. Usage (root, lab up): .venv/bin/python bench/log_stream.py [--rounds 5]
+[--lines 2000000]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ PROGRAM = """
 import sys
 line = ("x" * 40 + "\\n").encode()
 out = sys.stdout.buffer
-for i in range(2_000_000):
+for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 2_000_000):
     out.write(b"%07d " % i + line)
 out.flush()
 """
@@ -45,9 +46,11 @@ def read_all_s(argv: list[str], env: dict[str, str] | None, size: int) -> tuple[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--lines", type=int, default=2_000_000, help="49 bytes each")
+    options = parser.parse_args()
+    rounds = options.rounds
     with bench_host() as host:
-        spec = write_job(host.folder, PROGRAM, name="biglog")
+        spec = write_job(host.folder, PROGRAM, name="biglog", args=(str(options.lines),))
         done = host.gpujob("submit", str(spec), "--on", "bench", "--detach", "--job-id", "big")
         if done.returncode != 0:
             raise SystemExit(done.stderr.decode())

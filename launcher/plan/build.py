@@ -6,6 +6,7 @@ like TorchX's `macros.Values.apply`: `${name}` in `run.args` for the names in `M
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -179,6 +180,14 @@ def _substitute(text: str, values: dict[str, str], where: str) -> str:
     return MACRO.sub(replace, text)
 
 
+def workdir_copy(target: Target, workdir: str) -> str:
+    """The host's lasting copy of one local workdir (named by its folder and a hash of its
+    path), which every submit from it updates with only what changed."""
+    digest = hashlib.sha256(str(workdir).encode()).hexdigest()[:10]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", PurePosixPath(workdir).name)[:40] or "workdir"
+    return f"{PurePosixPath(target.job_root).parent}/workdirs/{name}-{digest}"
+
+
 def _node_plan(
     spec: JobSpec,
     target: Target,
@@ -202,6 +211,7 @@ def _node_plan(
                 source=sources.workdir,
                 path=f"{job_dir}/workdir",
                 excludes=DEFAULT_EXCLUDES + sources.excludes,
+                via=None if target.provider == "local" else workdir_copy(target, sources.workdir),
             )
         )
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
@@ -324,6 +334,8 @@ def _run_script(
         memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
         workdir=f"{job_dir}/workdir",
         setup=f"{node_dir}/setup.sh" if spec.setup else None,
+        started=f"[gpujob] node {rank} of {spec.nodes} ({target.runtime} runtime): starting "
+        f"torchrun, {spec.nproc_per_node} rank(s)",
         torchrun=_torchrun_argv(spec, target, rank, job_dir, python, values, sources),
     )
 

@@ -33,11 +33,15 @@ class CopyFile:
 
 @dataclass(frozen=True)
 class SyncDir:
-    """The workdir, shipped to the node minus what `.gpujobignore`/`.gitignore` exclude."""
+    """The workdir, shipped to the node minus what `.gpujobignore`/`.gitignore` exclude.
+    With `via` (a remote host), it is first mirrored into that per-host copy, which keeps
+    what was shipped before (only changed files move), then copied into `path` on the host:
+    a job never sees a later submit's files."""
 
     source: str
     path: str
     excludes: tuple[str, ...] = ()
+    via: str | None = None
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,10 @@ def _step_lines(step: object) -> list[str]:
         return [f"  copy  {step.source} -> {step.path} (mode {step.mode:04o})"]
     if isinstance(step, SyncDir):
         excluded = ", ".join(step.excludes)
-        return [f"  sync  {step.source}/ -> {step.path}/ (excluding {excluded})"]
+        if step.via is None:
+            return [f"  sync  {step.source}/ -> {step.path}/ (excluding {excluded})"]
+        return [f"  sync  {step.source}/ -> {step.via}/ (changed files only; excluding "
+                f"{excluded})", f"  copy  {step.via}/ -> {step.path}/ (on the host)"]  # fmt: skip
     if isinstance(step, RunCommand):
         if "\n" in step.argv[-1]:
             out = [f"  run   {shlex.join(step.argv[:-1])} <script>"]

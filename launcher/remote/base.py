@@ -3,8 +3,11 @@ paramiko or subprocess for host work (fabric's `Connection` shape)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+Sink = Callable[[bytes], None]
 
 
 @dataclass(frozen=True)
@@ -31,15 +34,21 @@ class Connection(Protocol):
 
     def put_file(self, source: str, path: str, mode: int) -> None: ...
 
-    def sync_dir(self, source: str, path: str, excludes: tuple[str, ...]) -> int:
-        """Ship a directory; only changed files move. Returns the number of files sent."""
+    def sync_dir(
+        self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
+    ) -> int:
+        """Ship a directory; only changed files move. With `mirror`, files the source no
+        longer has are removed from `path`. Returns the number of files sent."""
         ...
 
     def read_log(
-        self, node_dir: str, offset: int, wait_s: float = 0.0
+        self, node_dir: str, offset: int, wait_s: float = 0.0, sink: Sink | None = None
     ) -> tuple[bytes, dict[str, Any]]:
-        """Log bytes from `offset` and the node's agent status; with `wait_s`, a read that
-        finds nothing new waits that long for more on the host (a long poll)."""
+        """Log bytes from `offset` and the node's agent status, taken before the bytes were
+        read (so a finished node's read holds the rest of its log); with `wait_s`, a read
+        that finds nothing new waits that long for more on the host (a long poll). With
+        `sink`, the bytes to the end of the log go to it as they arrive and none are
+        returned: a big log is shown as it comes, never held whole."""
         ...
 
     def close(self) -> None: ...

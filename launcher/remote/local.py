@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent import agent
-from launcher.remote.base import Result
+from launcher.remote.base import Result, Sink
 from launcher.remote.ignore import shipped_files
 
 READ_CHUNK = 4 << 20
@@ -37,10 +37,13 @@ class LocalConnection:
     def put_file(self, source: str, path: str, mode: int) -> None:
         atomic_write(Path(path), Path(source).read_bytes(), mode)
 
-    def sync_dir(self, source: str, path: str, excludes: tuple[str, ...]) -> int:
+    def sync_dir(
+        self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
+    ) -> int:
         src, dest = Path(source), Path(path)
-        sent = 0
+        sent, wanted = 0, set()
         for rel in shipped_files(src, excludes):
+            wanted.add(rel)
             origin, target = src / rel, dest / rel
             stat = origin.stat()
             try:
@@ -52,10 +55,14 @@ class LocalConnection:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(origin, target)
             sent += 1
+        if mirror and dest.is_dir():
+            for extra in [p for p in dest.rglob("*") if p.is_file()]:
+                if extra.relative_to(dest).as_posix() not in wanted:
+                    extra.unlink()
         return sent
 
     def read_log(
-        self, node_dir: str, offset: int, wait_s: float = 0.0
+        self, node_dir: str, offset: int, wait_s: float = 0.0, sink: Sink | None = None
     ) -> tuple[bytes, dict[str, Any]]:
         log, deadline = Path(node_dir) / "job.log", time.monotonic() + wait_s
         while time.monotonic() < deadline and agent._size(log) <= offset:
@@ -64,12 +71,15 @@ class LocalConnection:
             time.sleep(0.02)
         status = agent.status_of(Path(node_dir))
         try:
-            with open(Path(node_dir) / "job.log", "rb") as log:
-                log.seek(offset)
-                data = log.read(READ_CHUNK)
+            with open(log, "rb") as handle:
+                handle.seek(offset)
+                if sink is None:
+                    return handle.read(READ_CHUNK), status
+                while chunk := handle.read(READ_CHUNK):
+                    sink(chunk)
         except FileNotFoundError:
-            data = b""
-        return data, status
+            pass
+        return b"", status
 
     def close(self) -> None:
         return None

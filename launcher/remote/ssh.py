@@ -9,18 +9,20 @@ are literal argv joined with `shlex.join`; the remote shell sees them quoted.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import select
 import shlex
 import socket
 import sys
+import types
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from launcher.errors import GpujobError
-from launcher.remote.base import Result
+from launcher.remote.base import Result, Sink
 from launcher.remote.hostkeys import KnownHosts, host_id
 from launcher.remote.ignore import shipped_files
 
@@ -30,6 +32,26 @@ REFUSED_PATIENCE_S = 60
 READ_ATTEMPTS = 6
 BULK_SILENCE_S = 30  # a read of the agent's that sends nothing this long is a dead link
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
+
+
+class _OnFirstUse(types.ModuleType):
+    """Stands in for a module until an attribute is asked for, then imports the real one."""
+
+    def __getattr__(self, name: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def load_paramiko() -> Any:
+    """paramiko, without the ~0.15 s that its `import invoke` (for `Match exec` in
+    ssh_config; it pulls in asyncio and unittest.mock) adds to every command: invoke is
+    imported on first use instead, which a `Match exec` line still gets."""
+    if "paramiko" not in sys.modules and "invoke" not in sys.modules:
+        sys.modules["invoke"] = _OnFirstUse("invoke")
+    import paramiko
+
+    return paramiko
 
 
 class ConnectionLost(Exception):
@@ -65,7 +87,7 @@ def resolve_endpoint(
 ) -> Endpoint:
     """Explicit values win over `~/.ssh/config` (HostName, User, Port, IdentityFile), which
     wins over the defaults (port 22, the local user, ~/.ssh/id_*), as with OpenSSH."""
-    import paramiko
+    paramiko = load_paramiko()
 
     path = config_path or ssh_config_path()
     found: dict[str, Any] = {}
@@ -119,7 +141,7 @@ class SSHConnection:
         if self._transport is not None and self._transport.is_active():
             return
         self._drop()
-        import paramiko
+        paramiko = load_paramiko()
         from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
         @retry(
@@ -161,7 +183,7 @@ class SSHConnection:
         self._transport = transport
 
     def _authenticate(self, transport: Any, where: str) -> None:
-        import paramiko
+        paramiko = load_paramiko()
 
         tried = []
         for path in self.endpoint.keys:
@@ -209,7 +231,7 @@ class SSHConnection:
     def _exec(self, command: str, *, stream: bool = False) -> tuple[int, bytes, bytes]:
         """Run `command`, reading stdout and stderr together so neither pipe fills and stalls.
         Raises ConnectionLost when the transport dies before the exit status arrives."""
-        import paramiko
+        paramiko = load_paramiko()
 
         self.connect()
         try:
@@ -237,20 +259,23 @@ class SSHConnection:
                     raise ConnectionLost(f"connection to {self.host} dropped")
             return channel.recv_exit_status(), bytes(out), bytes(err_bytes)
 
-    def _exec_bulk(self, command: str) -> tuple[int, bytes, bytes]:
+    def _exec_bulk(self, command: str, sink: Sink | None = None) -> tuple[int, bytes, bytes]:
         """`_exec` for a command whose stdout is large and whose stderr is a line (the agent's
-        read): blocking reads of stdout, no select loop, about twice as fast on big logs."""
-        import paramiko
+        read): blocking reads of stdout, no select loop, about twice as fast on big logs.
+        With `sink`, stdout goes to it as it comes, and what it was given stands even if the
+        connection then drops (the caller asks again from there)."""
+        paramiko = load_paramiko()
 
         self.connect()
+        chunks: list[bytes] = []
+        take = sink or chunks.append
         try:
             channel = self._transport.open_session(timeout=CONNECT_TIMEOUT_S)
             channel.settimeout(BULK_SILENCE_S)
             channel.exec_command(command)
             with channel:
-                chunks = []
                 while chunk := channel.recv(1 << 20):
-                    chunks.append(chunk)
+                    take(chunk)
                 err = channel.makefile_stderr("rb").read()
                 if not channel.status_event.wait(BULK_SILENCE_S) or not self._transport.is_active():
                     raise ConnectionLost(f"connection to {self.host} dropped")
@@ -261,7 +286,7 @@ class SSHConnection:
     # -- files ------------------------------------------------------------------------------
 
     def _sftp_client(self) -> Any:
-        import paramiko
+        paramiko = load_paramiko()
 
         self.connect()
         if self._sftp is None:
@@ -304,23 +329,34 @@ class SSHConnection:
     def put_file(self, source: str, path: str, mode: int) -> None:
         self.put(path, Path(source).read_bytes(), mode)
 
-    def sync_dir(self, source: str, path: str, excludes: tuple[str, ...]) -> int:
+    def sync_dir(
+        self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
+    ) -> int:
         """Ship what differs in size or mtime (whole seconds, as SFTP keeps them) from one
-        `find` listing of the host's copy; shipped files keep their mtime and mode."""
+        `find` listing of the host's copy; shipped files keep their mtime and mode, and each
+        lands whole (a temp file renamed over), never written over in place. With `mirror`,
+        files the source no longer has are removed there."""
         have = self._remote_listing(path)
         src = Path(source)
         sftp = self._sftp_client()
-        sent = 0
+        sent, wanted = 0, set()
         for rel in shipped_files(src, excludes):
+            wanted.add(rel)
             stat = (src / rel).stat()
             if have.get(rel) == (stat.st_size, int(stat.st_mtime)):
                 continue
-            target = f"{path}/{rel}"
-            self._makedirs(str(PurePosixPath(target).parent))
-            sftp.put(str(src / rel), target)
-            sftp.chmod(target, stat.st_mode & 0o777)
-            sftp.utime(target, (int(stat.st_atime), int(stat.st_mtime)))
+            target = PurePosixPath(f"{path}/{rel}")
+            self._makedirs(str(target.parent))
+            tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"))
+            sftp.put(str(src / rel), tmp)
+            sftp.chmod(tmp, stat.st_mode & 0o777)
+            sftp.utime(tmp, (int(stat.st_atime), int(stat.st_mtime)))
+            sftp.posix_rename(tmp, str(target))
             sent += 1
+        if mirror:
+            for rel in sorted(have.keys() - wanted):
+                with contextlib.suppress(OSError):
+                    sftp.remove(f"{path}/{rel}")
         return sent
 
     def _remote_listing(self, path: str) -> dict[str, tuple[int, int]]:
@@ -338,17 +374,26 @@ class SSHConnection:
     # -- logs -------------------------------------------------------------------------------
 
     def read_log(
-        self, node_dir: str, offset: int, wait_s: float = 0.0
+        self, node_dir: str, offset: int, wait_s: float = 0.0, sink: Sink | None = None
     ) -> tuple[bytes, dict[str, Any]]:
         """The agent's `read` on the host; the offset is ours, so after a dropped connection
-        the same read is simply asked again on a new one: nothing lost, nothing twice."""
+        the read is simply asked again on a new one, from the last byte received: nothing
+        lost, nothing twice."""
         import json
 
         agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
-        command = shlex.join(["python3", agent, "read", node_dir, str(offset), f"{wait_s:g}"])
+        delivered = 0
+
+        def take(chunk: bytes) -> None:
+            nonlocal delivered
+            delivered += len(chunk)
+            sink(chunk)  # type: ignore[misc]
+
         for attempt in range(READ_ATTEMPTS):
+            at = offset + delivered
+            command = shlex.join(["python3", agent, "read", node_dir, str(at), f"{wait_s:g}"])
             try:
-                code, data, err = self._exec_bulk(command)
+                code, data, err = self._exec_bulk(command, take if sink else None)
             except ConnectionLost:
                 self._drop()
                 continue
@@ -357,12 +402,13 @@ class SSHConnection:
                 status = json.loads(lines[-1])
             except (IndexError, ValueError):
                 status = None
-            if code == 0 and status is not None and status.get("offset") == offset + len(data):
+            end = offset + delivered + len(data)
+            if code == 0 and status is not None and status.get("offset") == end:
                 return data, status
             if attempt == READ_ATTEMPTS - 1:
                 raise GpujobError(
                     f"{self.host}: the agent could not read {node_dir}/job.log "
                     f"(exit {code}): {' '.join(lines[-1:])}"
                 )
-            self._drop()  # a torn read: ask again from the same offset on a new connection
+            self._drop()  # a torn read: ask again from the last byte taken, on a new connection
         raise GpujobError(f"lost the connection to {self.host} {READ_ATTEMPTS} times in a row")

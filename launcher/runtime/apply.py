@@ -50,6 +50,9 @@ while seen < expected and time.monotonic() < deadline:
         pass
 print(seen)
 """
+# The job's own copy of the host's workdir copy: a later submit updating that one never
+# changes a running job's files.
+COPY_WORKDIR = 'mkdir -p "$2" && cp -a "$1/." "$2/"'
 DIAL = """
 import socket, sys, time
 address, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -140,7 +143,17 @@ def _apply_step(node: NodePlan, step: Step, conn: Connection, report: Report) ->
     elif isinstance(step, CopyFile):
         conn.put_file(step.source, step.path, step.mode)
     elif isinstance(step, SyncDir):
-        sent = conn.sync_dir(step.source, step.path, step.excludes)
+        if step.via is None:
+            sent = conn.sync_dir(step.source, step.path, step.excludes)
+        else:
+            sent = conn.sync_dir(step.source, step.via, step.excludes, mirror=True)
+            copied = conn.run(["sh", "-c", COPY_WORKDIR, "sh", step.via, step.path])
+            if not copied.ok:
+                raise GpujobError(
+                    f"node {node.rank} ({node.host}): could not copy the workdir into the job "
+                    f"folder: {_last(copied)}",
+                    "check the free space on the host: `gpujob doctor HOST`",
+                )
         report(f"node {node.rank}: shipped the workdir ({sent} file(s) changed)")
     elif isinstance(step, RunCommand):
         result = conn.run(step.argv, stream=not step.starts_job)

@@ -106,6 +106,8 @@ def follow_logs(
     except (Stopped, KeyboardInterrupt):
         for stream in streams:  # held back for a whole line, but already recorded as shown
             _flush_partial(output, stream)
+            if on_progress:
+                on_progress(stream)  # a read stopped between two pieces: record its offset
         output.out.flush()
         raise KeyboardInterrupt from None
 
@@ -128,19 +130,18 @@ def _follow(
             if stream.done or not _due(stream):
                 continue
             wait = LONG_POLL_S if follow and len(streams) == 1 else 0.0
-            read = _read(stream, follow, note, wait)
-            if read is None:
+            before = stream.offset
+            status = _read(stream, follow, note, wait, output)
+            if status is None:
                 continue
-            data, status = read
             stream.status = status
-            if data:
+            if stream.offset > before:
                 moved = True
-                stream.offset += len(data)
-                _write(output, stream, data)
-                output.out.flush()
                 if on_progress:
                     on_progress(stream)
-            elif status.get("state") in TERMINAL or not follow:
+            # The status was taken before the read, which went to the end of the log: an
+            # ended node's read held all of it; a plain `logs` wants what is there now.
+            if status.get("state") in TERMINAL or not follow:
                 stream.done = True
                 _flush_partial(output, stream)
             if (
@@ -171,10 +172,20 @@ def _due(stream: NodeStream) -> bool:
 
 
 def _read(
-    stream: NodeStream, follow: bool, note: Note | None, wait_s: float = 0.0
-) -> tuple[bytes, Any] | None:
+    stream: NodeStream, follow: bool, note: Note | None, wait_s: float, output: Output
+) -> dict[str, Any] | None:
+    """One read of the node's log to its end, each piece shown as it arrives (the offset
+    moves with what was shown); the node's status, or None while the host is unreachable."""
+
+    def show(data: bytes) -> None:
+        stream.offset += len(data)
+        _write(output, stream, data)
+        output.out.flush()
+        if _stop_requested:
+            raise Stopped  # between two pieces: what was shown is what the offset says
+
     try:
-        data, status = stream.connection.read_log(stream.node_dir, stream.offset, wait_s)
+        _, status = stream.connection.read_log(stream.node_dir, stream.offset, wait_s, show)
     except GpujobError as err:
         now = time.monotonic()
         if stream.unreachable_since is None:
@@ -190,7 +201,7 @@ def _read(
     if stream.unreachable_since is not None and note:
         note(f"node {stream.rank}: reconnected; resuming at byte {stream.offset}")
     stream.unreachable_since = None
-    return data, status
+    return status
 
 
 def _write(output: Output, stream: NodeStream, data: bytes) -> None:

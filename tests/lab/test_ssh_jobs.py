@@ -327,6 +327,28 @@ def test_a_sparse_gigabyte_in_gpujobignore_is_not_shipped(
     assert int((workdir / "prog.py").stat().st_mtime) == int((work / "prog.py").stat().st_mtime)
 
 
+def test_a_second_submit_ships_only_what_changed_and_each_job_keeps_its_own_files(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    spec = write_job(tmp_path, "import os\nprint(sorted(os.listdir('.')), flush=True)\n")
+    work = tmp_path / "work"
+    (work / "old.txt").write_text("old\n")
+    first = gpujob(env, "submit", str(spec), "--on", "lab", "--job-id", "ship-1")
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    assert b"shipped the workdir (2 file(s) changed)" in first.stderr
+    again = gpujob(env, "submit", str(spec), "--on", "lab", "--job-id", "ship-2")
+    assert b"shipped the workdir (0 file(s) changed)" in again.stderr
+    (work / "old.txt").unlink()
+    (work / "new.txt").write_text("new\n")
+    third = gpujob(env, "submit", str(spec), "--on", "lab", "--job-id", "ship-3")
+    assert third.returncode == 0, third.stderr.decode()[-2000:]
+    assert b"shipped the workdir (1 file(s) changed)" in third.stderr
+    assert b"['new.txt', 'prog.py']" in third.stdout  # a file removed here is gone there
+    jobs = ssh_host.root / ".gpujob" / "jobs"
+    assert (jobs / "ship-1" / "workdir" / "old.txt").read_text() == "old\n"
+    assert not (jobs / "ship-1" / "workdir" / "new.txt").exists()
+
+
 def test_cancel_stops_a_remote_job(tmp_path: Path, env: dict[str, str], ssh_host: SSHHost) -> None:
     spec = write_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
     started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "sleeper")

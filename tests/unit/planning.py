@@ -129,4 +129,6 @@ def execute(plan: Plan, rank: int = 0, env: dict[str, str] | None = None) -> dic
     )
     assert result.returncode == 0, result.stderr.decode()
     assert (workdir / "x").read_text() == "still here"
-    return json.loads(result.stdout)
+    started, report = result.stdout.split(b"\n", 1)
+    assert started.startswith(b"[gpujob] node %d of " % rank), started  # the job's first line
+    return json.loads(report)

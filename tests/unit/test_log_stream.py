@@ -37,7 +37,9 @@ class Host:
     def __init__(self, chunks: list[bytes], down_for: int = 0) -> None:
         self.chunks, self.log, self.down_for, self.reads = chunks, b"", down_for, 0
 
-    def read_log(self, node_dir: str, offset: int, wait_s: float = 0) -> tuple[bytes, Any]:
+    def read_log(
+        self, node_dir: str, offset: int, wait_s: float = 0, sink: Any = None
+    ) -> tuple[bytes, Any]:
         self.reads += 1
         if self.down_for and self.reads % 2 == 0:
             self.down_for -= 1
@@ -45,7 +47,10 @@ class Host:
         if self.chunks:
             self.log += self.chunks.pop(0)
         state = "running" if self.chunks else "succeeded"
-        return self.log[offset:], {"state": state, "exit_code": 0}
+        if sink is None:
+            return self.log[offset:], {"state": state, "exit_code": 0}
+        sink(self.log[offset:])
+        return b"", {"state": state, "exit_code": 0}
 
 
 def test_a_host_that_drops_out_is_asked_again_and_nothing_is_lost_or_doubled() -> None:
