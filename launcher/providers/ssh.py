@@ -16,13 +16,15 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import GpujobError, UsageError
 from launcher.plan.model import Target
-from launcher.spec.image import ImageDefinition
-from launcher.spec.job import JobSpec
 from launcher.state.db import state_dir
+
+if TYPE_CHECKING:  # the specs' pydantic models cost 0.2 s to import: `logs` never needs them
+    from launcher.spec.image import ImageDefinition
+    from launcher.spec.job import JobSpec
 
 PROVIDER = "ssh"
 USER_AT = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<address>[^@\s:\[\]]+|\[[0-9a-fA-F:]+\])"

@@ -208,6 +208,16 @@ def _write(output: Output, stream: NodeStream, data: bytes) -> None:
     if not (output.prefix or output.collapse):
         output.out.write(data)
         return
+    if not output.prefix and b"\r" not in data and b"\r" not in stream.partial:
+        # nothing to collapse: whole lines go out as they are, without copying a big read
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            output.out.write(stream.partial)
+            output.out.write(memoryview(data)[:cut])
+            stream.partial = data[cut:]
+        else:
+            stream.partial += data
+        return
     data = stream.partial + data
     whole, newline, stream.partial = data.rpartition(b"\n")
     if newline:

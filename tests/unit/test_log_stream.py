@@ -105,3 +105,15 @@ def test_the_cause_is_the_node_whose_ranks_did_not_lose_a_peer() -> None:
     crashed = NodeStream(1, "/b", Host([]), status={"state": "failed", "ended_at": 2.0})
     assert pick_cause([early, crashed], {0: PEER_TAIL, 1: TORCHRUN_TAIL}) is crashed
     assert pick_cause([early, crashed], {0: TORCHRUN_TAIL, 1: TORCHRUN_TAIL}) is early
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64])
+def test_a_log_read_in_any_pieces_shows_as_read_whole(size: int) -> None:
+    log = b"a\nxx prog 10%\rprog 50%\nplain line\nb\r\ncount 1\rcount 22\rcount 3\nend"
+    whole = io.BytesIO()
+    follow_logs([NodeStream(0, "/n", Host([log]))], Output(whole, collapse=True), follow=False)
+    assert whole.getvalue() == b"a\nprog 50%10%\nplain line\nb\r\ncount 32\nend"
+    pieces = [log[i : i + size] for i in range(0, len(log), size)]
+    out = io.BytesIO()
+    follow_logs([NodeStream(0, "/n", Host(pieces))], Output(out, collapse=True), follow=True)
+    assert out.getvalue() == whole.getvalue()
