@@ -217,7 +217,9 @@ def _job_state(streams: list[Any]) -> str:
 
 
 def _final_line(stream: Any) -> str | None:
-    from launcher.runtime.logs import last_line
+    from launcher.runtime.logs import TAIL_BYTES, last_line
 
-    data, _ = stream.connection.read_log(stream.node_dir, max(0, stream.offset - 4096))
+    if len(stream.tail) >= min(TAIL_BYTES, stream.offset):  # the stream saw the log's end
+        return last_line(stream.tail)
+    data, _ = stream.connection.read_log(stream.node_dir, max(0, stream.offset - TAIL_BYTES))
     return last_line(data)

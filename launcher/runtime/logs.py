@@ -24,6 +24,7 @@ FAILED = ("failed", "lost")
 POLL_MIN_S = 0.05
 POLL_MAX_S = 0.5
 BACKOFF_MAX_S = 15.0
+TAIL_BYTES = 4096
 LONG_POLL_S = 1.0  # one node: the host holds a read that finds nothing for up to this long
 
 
@@ -43,6 +44,8 @@ class NodeStream:
     done: bool = False
     unreachable_since: float | None = None
     backoff_s: float = 0.5
+    tail: bytes = b""
+    """The last bytes shown (up to TAIL_BYTES): the job's last line without another read."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ def _read(
 
     def show(data: bytes) -> None:
         stream.offset += len(data)
+        stream.tail = (stream.tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
         _write(output, stream, data)
         output.out.flush()
         if _stop_requested:
