@@ -45,7 +45,7 @@ def new_job_id(name: str) -> str:
 
 
 def submit(options: SubmitOptions) -> int:
-    from launcher.agent import AGENT_SOURCE, CHECKPOINT_SOURCES, INIT_LOCK_SOURCE
+    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE
     from launcher.plan.build import JOB_ID, Sources, build_plan
     from launcher.plan.show import plan_json, plan_text
     from launcher.spec.image import load_image_definition
@@ -79,7 +79,7 @@ def submit(options: SubmitOptions) -> int:
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
-        checkpoint_modules=CHECKPOINT_SOURCES,
+        agent_modules=AGENT_MODULES,
     )
     sync = preflight(loaded, target, image, say)
     plan = build_plan(spec, target, job_id, secret_values, image, sources, sync)

@@ -8,8 +8,11 @@ from pathlib import Path
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 INIT_LOCK_SOURCE = Path(__file__).with_name("init_lock.py")
+AGENT_OS_SOURCE = Path(__file__).with_name("agent_os.py")
+"""The agent's OS helpers: shipped beside it wherever it goes."""
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
     for name in ("ckpt_store.py", "ckpt_sync.py", "ckpt_watch.py")
 )
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
+AGENT_MODULES = (str(AGENT_OS_SOURCE), *CHECKPOINT_SOURCES)

@@ -16,7 +16,6 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -27,6 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
+from agent_os import alive, descendants, forward, read_json, rss_bytes, start_ticks, write_json
+
 STATUS = "status.json"
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 SAMPLE_EVERY_S = 1.0
@@ -34,79 +36,11 @@ STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomic: a reader sees the old status or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-
-
 def log_line(node_dir: Path, text: str) -> None:
     """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
     config = read_json(node_dir / "job.json")
     with open(node_dir / config.get("log", "job.log"), "ab") as log:
         log.write(f"[gpujob-agent] {text}\n".encode())
-
-
-def start_ticks(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot): a pid alone may be reused after a reboot."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    return True
-
-
-def descendants(root: int) -> list[int]:
-    """All processes under `root`: torchrun's workers have their own process groups."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[-1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, queue = [], [root]
-    while queue:
-        pid = queue.pop()
-        for child in children.get(pid, []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    for pid in pids:
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 def start(node_dir: Path) -> int:
@@ -174,7 +108,7 @@ def supervise(node_dir: Path) -> int:
         "peak_rss_bytes": 0,
     }
     write_json(node_dir / STATUS, status)
-    signal.signal(signal.SIGTERM, lambda *_: _forward(job.pid, signal.SIGTERM))
+    signal.signal(signal.SIGTERM, lambda *_: forward(job.pid, signal.SIGTERM))
     try:
         watch = _checkpoint_watch(node_dir, config, job.pid, status, env)
     except Exception as err:  # the job runs on without checkpoint care, and says so
@@ -243,7 +177,7 @@ def _checkpoint_watch(
             return
         assert pid is not None
         for each in [pid, *descendants(pid)]:
-            _forward(each, signal.SIGSTOP if pause else signal.SIGCONT)
+            forward(each, signal.SIGSTOP if pause else signal.SIGCONT)
 
     def stop_job(reason: str) -> None:
         publish({"stopped_reason": reason})
@@ -254,14 +188,14 @@ def _checkpoint_watch(
             return
         assert pid is not None
         tree = [pid, *descendants(pid)]
-        _forward(pid, signal.SIGTERM)
+        forward(pid, signal.SIGTERM)
         for each in tree:
-            _forward(each, signal.SIGCONT)  # a paused job must run to act on SIGTERM
+            forward(each, signal.SIGCONT)  # a paused job must run to act on SIGTERM
         deadline = time.monotonic() + float(config.get("grace_s", 30))
         while time.monotonic() < deadline and any(alive(p) for p in tree):
             time.sleep(0.1)
         for leftover in [p for p in tree if alive(p)]:
-            _forward(leftover, signal.SIGKILL)
+            forward(leftover, signal.SIGKILL)
 
     watcher = ckpt_watch.Watcher(
         config=ckpt_watch.WatchConfig.from_json(care, node_dir),
@@ -346,11 +280,6 @@ def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) 
             last_write = time.monotonic()
 
 
-def _forward(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
 def status_of(node_dir: Path) -> dict[str, Any]:
     status = read_json(node_dir / STATUS)
     if not status:
@@ -379,12 +308,12 @@ def cancel(node_dir: Path, grace_s: float) -> int:
         return 0
     tree = [pid, *descendants(pid)]
     log_line(node_dir, f"cancel: SIGTERM to the job, SIGKILL after {grace_s:g} s")
-    _forward(pid, signal.SIGTERM)
+    forward(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(alive(p) for p in tree):
         time.sleep(0.1)
     for leftover in [p for p in tree if alive(p)]:
-        _forward(leftover, signal.SIGKILL)
+        forward(leftover, signal.SIGKILL)
     return _await_end(node_dir)
 
 

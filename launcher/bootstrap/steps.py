@@ -140,9 +140,10 @@ def disk(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult
 
 
 def _agent_files() -> dict[str, bytes]:
-    from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
+    from launcher.agent import AGENT_OS_SOURCE, AGENT_SOURCE, INIT_LOCK_SOURCE
 
     return {"gpujob-agent.py": AGENT_SOURCE.read_bytes(),
+            AGENT_OS_SOURCE.name: AGENT_OS_SOURCE.read_bytes(),
             "init_lock.py": INIT_LOCK_SOURCE.read_bytes()}  # fmt: skip
 
 

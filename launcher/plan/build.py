@@ -54,7 +54,7 @@ class Sources:
     init_lock: str
     spec_where: str = "the job spec"
     excludes: tuple[str, ...] = ()
-    checkpoint_modules: tuple[str, ...] = ()
+    agent_modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def _node_plan(
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         if spec.run.serialize_init:
             steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
-        for module in sources.checkpoint_modules:
+        for module in sources.agent_modules:
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
         if target.runtime == "docker":
