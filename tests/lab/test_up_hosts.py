@@ -146,6 +146,6 @@ def test_a_static_host_is_bootstrapped_once_and_then_only_checked(
         second = gpujob(env, "up", "--host", "box", "--allow-cpu")
         assert "box: ready; nothing changed" in second.stderr, second.stderr
         listed = gpujob(env, "ssh", "box", "--", "ls", f"{report['facts']['home']}/.gpujob/bin")
-        assert listed.stdout.split() == ["gpujob-agent.py", "init_lock.py"]
+        assert listed.stdout.split() == ["agent_os.py", "gpujob-agent.py", "init_lock.py"]
     finally:
         infra.lab.destroy_host("gjlab-static")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.agent import AGENT_MODULES
+
 REPO = Path(__file__).resolve().parents[2]
 SAVER = Path(__file__).with_name("saver.py")
 AGENT = REPO / "launcher" / "agent" / "agent.py"
@@ -196,9 +198,9 @@ class AgentJob:
         self.node_dir = base / "job" / "node-0"
         self.node_dir.mkdir(parents=True)
         job_dir = self.node_dir.parent
-        for name in ("agent.py", "ckpt_store.py", "ckpt_sync.py", "ckpt_watch.py"):
-            target = job_dir / ("gpujob-agent.py" if name == "agent.py" else name)
-            target.write_bytes((AGENT.parent / name).read_bytes())
+        (job_dir / "gpujob-agent.py").write_bytes(AGENT.read_bytes())
+        for module in AGENT_MODULES:  # shipped beside the agent, as a plan does
+            (job_dir / Path(module).name).write_bytes(Path(module).read_bytes())
         self.ckpt_dir = ckpt_dir
         config = {
             "job_id": "t",
