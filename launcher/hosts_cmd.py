@@ -298,6 +298,9 @@ def down(reference: str | None, everything: bool, dry_run: bool,
         for provider, inst in targets:
             click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status})")
         return ExitCode.OK
+    from launcher.jobstatus import stop_jobs_on
+
+    stop_jobs_on({inst.name for _, inst in targets})
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
         results = list(pool.map(lambda t: _terminate(*t, db, timeout), targets))
     failures = [r for r in results if r]

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import UsageError
+from launcher.errors import GpujobError, UsageError
 from launcher.jobs import close_all, job_connections, job_or_fail, say
 from launcher.state.db import JobRecord, StateDB
 
@@ -43,6 +43,13 @@ def logs(
     conns = connections or job_connections(job)
     try:
         return _logs(db, job, conns, follow=follow, node=node, tail=tail)
+    except GpujobError as err:
+        if isinstance(err, UsageError) or not job.logs_to or connections is not None:
+            raise
+        say(f"{err.one_line()}; showing the log the agents shipped to {job.logs_to}")
+        from launcher.storage.shipped_logs import show_shipped_logs
+
+        return show_shipped_logs(job, node=node, tail=tail)
     finally:
         close_all(conns)
 

@@ -165,7 +165,7 @@ def _start(
             id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
             runtime=plan.runtime, hosts=hosts, node_dirs=plan.node_dirs,
             state="starting", exit_code=None, created_at=time.time(), ended_at=None,
-            last_line=None,
+            last_line=None, logs_to=plan.logs_to,
         )
     )  # fmt: skip
     try:

@@ -16,6 +16,7 @@ from launcher.errors import GpujobError
 from launcher.jobs import agent_argv, close_all, job_connections, job_or_fail, say
 from launcher.state.db import JobRecord, StateDB
 
+TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 ORDER = ("lost", "failed", "cancelled", "running", "starting", "succeeded")
 
 
@@ -147,3 +148,28 @@ def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
     db.update_job(job.id, "cancelled")
     say(f"job {job.id} cancelled on {len(commands)} node(s)")
     return 0
+
+
+def stop_jobs_on(hosts: set[str], grace_s: float = 30.0) -> None:
+    """Before `down` takes hosts away: each job still running on one of them is cancelled,
+    so its agents end it cleanly and ship its last checkpoints and its log to S3 first."""
+    from launcher.providers.ssh import HostEntry
+
+    db = StateDB()
+    for job in db.jobs(limit=200):
+        if job.terminal or job.provider == "local":
+            continue
+        on = {HostEntry.from_record(record).name for record in job.hosts} & hosts
+        if not on:
+            continue
+        statuses = _node_statuses(job)
+        if statuses is None or all(s.get("state") in TERMINAL for s in statuses):
+            if statuses is not None:
+                _record(db, job, statuses)
+            continue
+        say(f"job {job.id} still runs on {', '.join(sorted(on))}: cancelling it first"
+            + (" (its log and last checkpoints go to S3)" if job.logs_to else ""))  # fmt: skip
+        try:
+            cancel(job.id, grace_s, dry_run=False)
+        except GpujobError as err:
+            say(f"could not cancel job {job.id}: {err.one_line()}; the host goes anyway")

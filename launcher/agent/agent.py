@@ -318,7 +318,7 @@ def cancel(node_dir: Path, grace_s: float) -> int:
 
 
 def _await_end(node_dir: Path) -> int:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # the end includes the last checkpoint sync and log ship
     while time.monotonic() < deadline and status_of(node_dir).get("state") not in TERMINAL:
         time.sleep(0.05)
     print(json.dumps(status_of(node_dir)))

@@ -118,6 +118,29 @@ class Rclone:
         return done.stdout or ""
 
 
+def rcat(env: dict[str, str], path: Path, size: int, dest: str) -> None:
+    """Upload the first `size` bytes of `path` to the object `dest` (`rclone rcat`): a file
+    that grows meanwhile, as a running job's log does, is copied as it was, not refused."""
+    proc = subprocess.Popen(
+        ["rclone", "rcat", dest], env=rclone_env(env), stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        with open(path, "rb") as source:
+            left = size
+            while left > 0 and (chunk := source.read(min(1 << 20, left))):
+                proc.stdin.write(chunk)
+                left -= len(chunk)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # rclone gave up: its exit code and last line say why
+    said = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    if proc.wait() != 0:
+        raise SyncError(f"rclone rcat to {dest} failed with exit {proc.returncode}"
+                        + (f": {said[-1]}" if said else ""))  # fmt: skip
+
+
 def remote_markers(rc: Rclone, remote: str) -> dict[str, str]:
     """name -> MD5 of its marker object, for every complete checkpoint under `remote`."""
     out = rc.run(

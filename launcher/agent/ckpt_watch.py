@@ -45,6 +45,9 @@ class WatchConfig:
     on_checkpoint: str | None = None
     workdir: Path | None = None
     interval_s: float = 1.0
+    logs_to: str | None = None
+    job_dir: Path | None = None
+    log_every_s: float = 60.0
 
     @classmethod
     def from_json(cls, data: dict[str, Any], node_dir: Path) -> WatchConfig:
@@ -55,6 +58,9 @@ class WatchConfig:
             on_checkpoint=data.get("on_checkpoint"),
             workdir=Path(data["workdir"]) if data.get("workdir") else node_dir,
             interval_s=float(data.get("interval_s", 1.0)),
+            logs_to=data.get("logs_to"),
+            job_dir=Path(data["job_dir"]) if data.get("job_dir") else None,
+            log_every_s=float(data.get("log_every_s", 60.0)),
         )
 
 
@@ -80,8 +86,12 @@ class Watcher:
     stopped: str | None = None
     sync_failures: int = 0
     syncing: threading.Thread | None = None
+    logs_shipped: dict[str, int] = field(default_factory=dict)
+    logs_shipped_at: float = 0.0
+    log_failures: int = 0
 
     def tick(self) -> None:
+        self._ship_logs()
         if not self.config.root.is_dir():
             return
         for ckpt in self.adopter.adopt(self.config.root):
@@ -105,6 +115,30 @@ class Watcher:
         self.tick()
         if self.syncing is not None:
             self.syncing.join()
+        self._ship_logs(final=True)
+
+    def _ship_logs(self, final: bool = False) -> None:
+        """Each node log of this host to `logs_to` in S3, as written so far, every
+        `log_every_s` and once more at the end, so `gpujob logs` works after the host is gone
+        (the whole object again each time: a log is small beside a checkpoint)."""
+        if not self.config.logs_to or self.config.job_dir is None:
+            return
+        if not final and time.monotonic() - self.logs_shipped_at < self.config.log_every_s:
+            return
+        self.logs_shipped_at = time.monotonic()
+        for log in sorted(self.config.job_dir.glob("node-*/job.log")):
+            name = f"{log.parent.name}.log"
+            size = log.stat().st_size
+            if self.logs_shipped.get(name) == size:
+                continue
+            try:
+                ckpt_sync.rcat(self.env, log, size, f"{self.config.logs_to}/{name}")
+            except (ckpt_sync.SyncError, OSError) as err:
+                self.log_failures += 1
+                if self.log_failures == 1 or final:
+                    self.say(f"shipping {name} to {self.config.logs_to} failed: {err}")
+                continue
+            self.logs_shipped[name] = size
 
     def _next_hook(self, done: list[ckpt_store.Checkpoint]) -> ckpt_store.Checkpoint | None:
         if not self.config.on_checkpoint:

@@ -31,6 +31,7 @@ from launcher.plan.node_files import (
     SECRETS_ENV,
     agent_config,
     checkpoint_care,
+    logs_path,
     secrets_file,
 )
 from launcher.plan.render import render_shell
@@ -116,6 +117,7 @@ def build_plan(
         derived=derived,
         checks=_reach_checks(spec, target),
         image_ref=target.image_ref if target.runtime == "docker" else None,
+        logs_to=logs_path(sync.rclone_path, job_id) if sync else None,
     )
 
 
@@ -251,7 +253,7 @@ def _node_plan(
             grace_s=GRACE_S,
             env_file=f"{node_dir}/{SECRETS_ENV}" if secrets else None,
         )
-    care = checkpoint_care(spec, job_dir, sync) if first_on_host else None
+    care = checkpoint_care(spec, job_dir, sync, job_id) if first_on_host else None
     if care and sync and sync.env:
         steps.append(
             WriteFile(

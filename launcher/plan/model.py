@@ -116,6 +116,8 @@ class Plan:
     derived: dict[str, str] = field(default_factory=dict)
     checks: tuple[ReachCheck, ...] = ()
     image_ref: str | None = None
+    logs_to: str | None = None
+    """Where the agents ship each node's log (beside the checkpoints in S3), if anywhere."""
 
     @property
     def node_dirs(self) -> list[str]:

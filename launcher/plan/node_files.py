@@ -19,10 +19,20 @@ SECRETS_ENV = "secrets.env"
 GRACE_S = 30
 
 
-def checkpoint_care(spec: JobSpec, job_dir: str, sync: CheckpointSync | None) -> dict[str, object]:
+def logs_path(sync_path: str, job_id: str) -> str:
+    """The job's node logs in S3, beside its checkpoints: `gpujob logs` reads them there once
+    the host is gone. (`storage tree` shows the folder as job logs, not a checkpoint.)"""
+    return f"{sync_path}/logs/{job_id}"
+
+
+def checkpoint_care(
+    spec: JobSpec, job_dir: str, sync: CheckpointSync | None, job_id: str
+) -> dict[str, object]:
     """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py)."""
     ckpt = spec.checkpoints
     return {
+        "logs_to": logs_path(sync.rclone_path, job_id) if sync else None,
+        "job_dir": job_dir,
         "dir": str(PurePosixPath(job_dir) / ckpt.dir),
         "keep_last": ckpt.keep_last,
         "sync_to": sync.rclone_path if sync else None,

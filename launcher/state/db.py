@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER,
     created_at REAL NOT NULL,
     ended_at REAL,
-    last_line TEXT
+    last_line TEXT,
+    logs_to TEXT
 );
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL,
@@ -64,6 +65,8 @@ class JobRecord:
     created_at: float
     ended_at: float | None
     last_line: str | None
+    logs_to: str | None = None
+    """Where the agents ship the node logs (rclone path in S3), for after the host is gone."""
 
     @property
     def terminal(self) -> bool:
@@ -80,6 +83,9 @@ class StateDB:
         conn = sqlite3.connect(self.path, timeout=30)
         try:
             conn.executescript(SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+            if "logs_to" not in columns:  # a state db from before logs were shipped
+                conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
             with conn:
                 yield conn
         finally:
@@ -88,11 +94,11 @@ class StateDB:
     def add_job(self, job: JobRecord) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.id, job.name, job.spec_path, job.provider, job.runtime,
                     json.dumps(job.hosts), json.dumps(job.node_dirs), job.state,
-                    job.exit_code, job.created_at, job.ended_at, job.last_line,
+                    job.exit_code, job.created_at, job.ended_at, job.last_line, job.logs_to,
                 ),
             )  # fmt: skip
 
@@ -149,4 +155,5 @@ def _record(row: tuple) -> JobRecord:
         id=row[0], name=row[1], spec_path=row[2], provider=row[3], runtime=row[4],
         hosts=json.loads(row[5]), node_dirs=json.loads(row[6]), state=row[7],
         exit_code=row[8], created_at=row[9], ended_at=row[10], last_line=row[11],
+        logs_to=row[12] if len(row) > 12 else None,
     )  # fmt: skip

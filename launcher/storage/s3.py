@@ -153,6 +153,8 @@ def tree(path: RemotePath, depth: int) -> list[str]:
         note = ""
         if is_folder and step_of(leaf) is not None:
             note = "  complete" if name in marked else f"  INCOMPLETE (no {MARKER})"
+        elif is_folder and name == "logs":
+            note = "  job logs (shipped by the agents; `gpujob logs JOB` reads them)"
         shown = (
             f"{leaf}/  ({count} objects, {_size(size)})" if is_folder else f"{leaf}  " + _size(size)
         )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SECRET
+from conftest import KEY_ID, REPO, SECRET
 
 pytestmark = pytest.mark.e2e
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
@@ -20,6 +20,14 @@ GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 def gpujob(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([GPUJOB, *args], env=env, capture_output=True, text=True,
                           timeout=600, cwd=REPO)  # fmt: skip
+
+
+def s3_object(remote: dict[str, str], key: str) -> bytes:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=remote["url"], region_name="us-east-1",
+                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
+    return s3.get_object(Bucket=remote["bucket"], Key=key)["Body"].read()
 
 
 def files(path: Path) -> dict[str, bytes]:
@@ -40,8 +48,13 @@ def test_quickstart_synced_then_pulled_latest_is_byte_identical(remote, tmp_path
     tree = gpujob(env, "storage", "tree", "t:qs", "--depth", "1")
     assert tree.returncode == 0, tree.stderr
     listed = tree.stdout.splitlines()[1:]
-    assert listed and all(line.endswith("  complete") for line in listed), tree.stdout
+    checkpoints = [line for line in listed if not line.startswith("logs/")]
+    assert checkpoints and all(line.endswith("  complete") for line in checkpoints), tree.stdout
     assert any(line.startswith("checkpoint-60/") for line in listed)
+    assert any(line.startswith("logs/") and "job logs" in line for line in listed), tree.stdout
+    # the agent shipped the log beside the checkpoints, whole, after the job's last line
+    shipped = s3_object(remote, "qs/logs/qs-sync/node-0.log")
+    assert shipped == (job_dir / "node-0" / "job.log").read_bytes()
 
     fresh = tmp_path / "fresh"
     pulled = gpujob(env, "sync-ckpt", "--from", "t:qs", "--latest", "--dest", str(fresh))
