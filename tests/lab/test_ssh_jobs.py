@@ -422,7 +422,12 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
 
     tree = gpujob(env, "storage", "tree", "lab:runs/qs", "--depth", "1")
     listed = tree.stdout.decode().splitlines()[1:]
-    assert listed and all(line.endswith("  complete") for line in listed), tree.stdout
+    checkpoints = [line for line in listed if not line.startswith("logs/")]
+    assert checkpoints and all(line.endswith("  complete") for line in checkpoints), listed
+    # the host's agent shipped the job log beside them, whole, once the job had ended
+    shipped = s3.client().get_object(Bucket=bucket, Key="runs/qs/logs/qs-s3/node-0.log")
+    host_log = ssh_host.root / ".gpujob" / "jobs" / "qs-s3" / "node-0" / "job.log"
+    assert shipped["Body"].read() == host_log.read_bytes()
 
     def files(path: Path) -> dict[str, bytes]:
         return {
