@@ -72,8 +72,10 @@ def _logs(
         stop_on_signals,
     )
 
+    # an ended job whose log is in S3 does not wait for its host to come back
+    patience = 0.0 if job.terminal and job.logs_to else None
     streams = [
-        NodeStream(rank=rank, node_dir=node_dir, connection=conns[rank])
+        NodeStream(rank=rank, node_dir=node_dir, connection=conns[rank], patience_s=patience)
         for rank, node_dir in enumerate(job.node_dirs)
         if node is None or rank == node
     ]

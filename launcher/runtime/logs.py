@@ -46,6 +46,8 @@ class NodeStream:
     backoff_s: float = 0.5
     tail: bytes = b""
     """The last bytes shown (up to TAIL_BYTES): the job's last line without another read."""
+    patience_s: float | None = None
+    """How long the host may stay unreachable (None: `reconnect_budget_s()`)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ def _read(
             stream.unreachable_since = now
             stream.backoff_s = 0.5
         elapsed = now - stream.unreachable_since
-        if not follow or elapsed > reconnect_budget_s():
+        patience = reconnect_budget_s() if stream.patience_s is None else stream.patience_s
+        if not follow or elapsed > patience:
             raise
         stream.backoff_s = min(BACKOFF_MAX_S, max(stream.backoff_s * 2, elapsed + 0.5))
         if note:

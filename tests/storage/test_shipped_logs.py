@@ -71,7 +71,7 @@ def test_logs_reads_the_shipped_log_when_the_host_no_longer_answers(remote, tmp_
     threading.Thread(target=lambda: [listener.accept()[0].close() for _ in range(50)],
                      daemon=True).start()  # fmt: skip
     state = tmp_path / "state"
-    env = dict(os.environ, GPUJOB_STATE_DIR=str(state), GPUJOB_RECONNECT_S="0")
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(state))
     log = b"step 1 loss 2.0\nstep 2 loss 1.5\nprogress 50%\rprogress 100%\ndone\n"
     logs_to = f"gpujob_t:{remote['bucket']}/run/logs/gone-1"
     from launcher.agent.ckpt_sync import rclone_env
@@ -99,4 +99,9 @@ def test_logs_reads_the_shipped_log_when_the_host_no_longer_answers(remote, tmp_
     tail = subprocess.run([GPUJOB, "logs", "gone-1", "--tail", "1"], env=env,
                           capture_output=True, timeout=120)  # fmt: skip
     assert tail.stdout == b"done\n"
+    # the job ended: a follow does not wait out the reconnect budget for a host that is gone
+    patient = dict(env, GPUJOB_RECONNECT_S="600")
+    followed = subprocess.run([GPUJOB, "logs", "gone-1", "-f"], env=patient,
+                              capture_output=True, timeout=120)  # fmt: skip
+    assert followed.returncode == 3 and followed.stdout == log, followed.stderr
     listener.close()
