@@ -366,6 +366,28 @@ def test_cancel_stops_a_remote_job(tmp_path: Path, env: dict[str, str], ssh_host
     assert not [p for p in tree if _alive(p)]
 
 
+def test_down_first_cancels_the_jobs_still_running_on_its_hosts(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`down`'s step before it terminates anything (its provider half is tested against the
+    cloud fakes): a job on the host is ended by its agent, so the end is recorded (and, with
+    a sync target, the log and last checkpoints shipped) before the host goes."""
+    from launcher.jobstatus import stop_jobs_on
+
+    spec = write_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
+    started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "doomed")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    node_dir = ssh_host.root / ".gpujob" / "jobs" / "doomed" / "node-0"
+    wait_for(lambda: b"working" in (node_dir / "job.log").read_bytes())
+    for key in ("GPUJOB_STATE_DIR", "GPUJOB_HOSTS_FILE"):
+        monkeypatch.setenv(key, env[key])
+    stop_jobs_on({"some-other-host"})
+    assert status_of(env, "doomed")["state"] == "running"  # not on the hosts going
+    stop_jobs_on({"lab"})
+    assert status_of(env, "doomed")["state"] == "cancelled"
+    assert b"[gpujob-agent] cancel: SIGTERM" in (node_dir / "job.log").read_bytes()
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
