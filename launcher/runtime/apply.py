@@ -51,8 +51,8 @@ while seen < expected and time.monotonic() < deadline:
 print(seen)
 """
 # The job's own copy of the host's workdir copy: a later submit updating that one never
-# changes a running job's files.
-COPY_WORKDIR = 'mkdir -p "$2" && cp -a "$1/." "$2/"'
+# changes a running job's files. ($1 is absent when the workdir had nothing to ship.)
+COPY_WORKDIR = 'mkdir -p "$1" "$2" && cp -a "$1/." "$2/"'
 DIAL = """
 import socket, sys, time
 address, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
