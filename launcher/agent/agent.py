@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__":
+    sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, descendants, forward, read_json, rss_bytes, start_ticks, write_json
 
