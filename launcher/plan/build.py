@@ -207,6 +207,7 @@ def _node_plan(
     node_dir = f"{job_dir}/node-{rank}"
     values = {**derived, "node_rank": str(rank)}
     steps: list[Step] = []
+    prepare: list[Step] = []  # after the files, which then go in one round trip
     if first_on_host:
         steps.append(
             SyncDir(
@@ -223,11 +224,11 @@ def _node_plan(
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
         if target.runtime == "docker":
-            steps.append(docker.pull_step(target))
+            prepare.append(docker.pull_step(target))
         elif image is not None:
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
-            steps.append(_env_setup(target, image, requirements))
+            prepare.append(_env_setup(target, image, requirements))
     if spec.setup:
         steps.append(WriteFile(path=f"{node_dir}/setup.sh", content=spec.setup.rstrip() + "\n"))
     steps.append(
@@ -265,6 +266,7 @@ def _node_plan(
         )
     config = agent_config(spec, target, job_id, rank, secrets, argv, care)
     steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
+    steps.extend(prepare)
     steps.append(
         RunCommand(
             argv=(target.agent_python, f"{job_dir}/{AGENT_FILE}", "start", node_dir),

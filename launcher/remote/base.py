@@ -34,6 +34,10 @@ class Connection(Protocol):
 
     def put_file(self, source: str, path: str, mode: int) -> None: ...
 
+    def put_files(self, files: list[tuple[str, bytes, int]]) -> None:
+        """`put` for several (path, content, mode) at once: one round trip to a host."""
+        ...
+
     def sync_dir(
         self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
     ) -> int:

@@ -37,6 +37,10 @@ class LocalConnection:
     def put_file(self, source: str, path: str, mode: int) -> None:
         atomic_write(Path(path), Path(source).read_bytes(), mode)
 
+    def put_files(self, files: list[tuple[str, bytes, int]]) -> None:
+        for path, content, mode in files:
+            atomic_write(Path(path), content, mode)
+
     def sync_dir(
         self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
     ) -> int:

@@ -1,7 +1,8 @@
 """The Connection to a host over SSH: one paramiko transport per host, reused for a command.
 
-Only this module touches paramiko, and only inside functions, so `gpujob --help` never loads
-it. The transport is opened by hand (socket, key exchange, then our own host key check, then
+Only this module and its files mixin (ssh_files.py) touch paramiko, and only inside functions, so
+`gpujob --help` never loads it. The transport is opened by hand (socket, key exchange, then our
+own host key check, then
 authentication) so a changed host key is refused before any credential is offered. Commands
 are literal argv joined with `shlex.join`; the remote shell sees them quoted.
 """
@@ -9,14 +10,12 @@ are literal argv joined with `shlex.join`; the remote shell sees them quoted.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import json
 import os
 import select
 import shlex
 import socket
 import sys
-import types
-import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -24,39 +23,18 @@ from typing import Any
 from launcher.errors import GpujobError
 from launcher.remote.base import Result, Sink
 from launcher.remote.hostkeys import KnownHosts, host_id
-from launcher.remote.ignore import shipped_files
+from launcher.remote.paramiko_loader import load_paramiko
+from launcher.remote.ssh_files import BULK_SILENCE_S, CONNECT_TIMEOUT_S, SSHFiles
 
 KEEPALIVE_S = 15
-CONNECT_TIMEOUT_S = 10
 REFUSED_PATIENCE_S = 60
 READ_ATTEMPTS = 6
-BULK_SILENCE_S = 30  # a read of the agent's that sends nothing this long is a dead link
 # A log read asks for a wide window and large packets: paramiko handles every packet in
 # Python, so 8x fewer packets (OpenSSH sends up to 256 KiB) and rare window adjustments are
 # most of its speed on a big log.
 BULK_WINDOW = 64 << 20
 BULK_PACKET = 128 << 10
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
-
-
-class _OnFirstUse(types.ModuleType):
-    """Stands in for a module until an attribute is asked for, then imports the real one."""
-
-    def __getattr__(self, name: str) -> Any:
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), name)
-
-
-def load_paramiko() -> Any:
-    """paramiko, without the ~0.15 s that its `import invoke` (for `Match exec` in
-    ssh_config; it pulls in asyncio and unittest.mock) adds to every command: invoke is
-    imported on first use instead, which a `Match exec` line still gets."""
-    if "paramiko" not in sys.modules and "invoke" not in sys.modules:
-        sys.modules["invoke"] = _OnFirstUse("invoke")
-    import paramiko
-
-    return paramiko
 
 
 class ConnectionLost(Exception):
@@ -127,7 +105,7 @@ def _prefer_fast_ciphers(transport: Any) -> None:
     options.ciphers = (*known, *(c for c in options.ciphers if c not in known))
 
 
-class SSHConnection:
+class SSHConnection(SSHFiles):
     """A host over SSH; connects on first use and again, transparently, in `read_log`."""
 
     def __init__(self, host: str, endpoint: Endpoint, known_hosts: Path) -> None:
@@ -290,94 +268,6 @@ class SSHConnection:
         except (paramiko.SSHException, EOFError, OSError) as err:
             raise ConnectionLost(str(err)) from None
 
-    # -- files ------------------------------------------------------------------------------
-
-    def _sftp_client(self) -> Any:
-        paramiko = load_paramiko()
-
-        self.connect()
-        if self._sftp is None:
-            self._sftp = paramiko.SFTPClient.from_transport(self._transport)
-        return self._sftp
-
-    def _makedirs(self, folder: str) -> None:
-        sftp = self._sftp_client()
-        missing = []
-        path = PurePosixPath(folder)
-        while str(path) not in self._made_dirs and str(path) != path.root:
-            try:
-                sftp.stat(str(path))
-                break
-            except FileNotFoundError:
-                missing.append(str(path))
-                path = path.parent
-        for name in reversed(missing):
-            with contextlib.suppress(OSError):  # made meanwhile by a concurrent node
-                sftp.mkdir(name)
-        self._made_dirs.add(folder)
-
-    def put(self, path: str, content: bytes, mode: int) -> None:
-        """A temp file in the same folder gets its mode before its first byte, then is renamed
-        over the target (posix-rename@openssh.com), so a reader never sees half a file."""
-        sftp = self._sftp_client()
-        target = PurePosixPath(path)
-        self._makedirs(str(target.parent))
-        tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"))
-        try:
-            with sftp.open(tmp, "wb") as handle:
-                handle.chmod(mode)
-                handle.write(content)
-            sftp.posix_rename(tmp, path)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                sftp.remove(tmp)
-            raise
-
-    def put_file(self, source: str, path: str, mode: int) -> None:
-        self.put(path, Path(source).read_bytes(), mode)
-
-    def sync_dir(
-        self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
-    ) -> int:
-        """Ship what differs in size or mtime (whole seconds, as SFTP keeps them) from one
-        `find` listing of the host's copy; shipped files keep their mtime and mode, and each
-        lands whole (a temp file renamed over), never written over in place. With `mirror`,
-        files the source no longer has are removed there."""
-        have = self._remote_listing(path)
-        src = Path(source)
-        sftp = self._sftp_client()
-        sent, wanted = 0, set()
-        for rel in shipped_files(src, excludes):
-            wanted.add(rel)
-            stat = (src / rel).stat()
-            if have.get(rel) == (stat.st_size, int(stat.st_mtime)):
-                continue
-            target = PurePosixPath(f"{path}/{rel}")
-            self._makedirs(str(target.parent))
-            tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"))
-            sftp.put(str(src / rel), tmp)
-            sftp.chmod(tmp, stat.st_mode & 0o777)
-            sftp.utime(tmp, (int(stat.st_atime), int(stat.st_mtime)))
-            sftp.posix_rename(tmp, str(target))
-            sent += 1
-        if mirror:
-            for rel in sorted(have.keys() - wanted):
-                with contextlib.suppress(OSError):
-                    sftp.remove(f"{path}/{rel}")
-        return sent
-
-    def _remote_listing(self, path: str) -> dict[str, tuple[int, int]]:
-        script = 'if [ -d "$1" ]; then find "$1" -type f -printf "%s %T@ %P\\0"; fi'
-        code, out, err = self._exec(shlex.join(["sh", "-c", script, "sh", path]))
-        if code != 0:
-            raise GpujobError(f"{self.host}: cannot list {path}: {err.decode().strip()}")
-        listing = {}
-        for entry in out.split(b"\0"):
-            if entry:
-                size, mtime, rel = entry.decode(errors="surrogateescape").split(" ", 2)
-                listing[rel] = (int(size), int(float(mtime)))
-        return listing
-
     # -- logs -------------------------------------------------------------------------------
 
     def read_log(
@@ -386,7 +276,6 @@ class SSHConnection:
         """The agent's `read` on the host; the offset is ours, so after a dropped connection
         the read is simply asked again on a new one, from the last byte received: nothing
         lost, nothing twice."""
-        import json
 
         agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
         delivered = 0

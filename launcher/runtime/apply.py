@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from launcher.errors import GpujobError
 from launcher.plan.model import (
@@ -70,9 +71,18 @@ sys.exit(f"cannot reach {address}:{port}: {error}")
 
 def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -> None:
     for node in plan.nodes:
+        files: list[tuple[str, bytes, int]] = []  # consecutive files go in one round trip
         for step in node.steps:
+            if isinstance(step, WriteFile | CopyFile):
+                files.append(_file_of(step))
+                continue
+            if files:
+                connections[node.host].put_files(files)
+                files = []
             if not (isinstance(step, RunCommand) and step.starts_job):
                 _apply_step(node, step, connections[node.host], report)
+        if files:
+            connections[node.host].put_files(files)
     for check in plan.checks:
         check_reach(check, connections, report)
     started: list[NodePlan] = []
@@ -135,6 +145,12 @@ def _last(result: Result) -> str:
     except ValueError:
         return lines[-1]
     return str(status.get("reason", lines[-1])) if isinstance(status, dict) else lines[-1]
+
+
+def _file_of(step: WriteFile | CopyFile) -> tuple[str, bytes, int]:
+    if isinstance(step, WriteFile):
+        return step.path, step.content.encode(), step.mode
+    return step.path, Path(step.source).read_bytes(), step.mode
 
 
 def _apply_step(node: NodePlan, step: Step, conn: Connection, report: Report) -> None:
