@@ -1,10 +1,10 @@
 """The Connection to a host over SSH: one paramiko transport per host, reused for a command.
 
-Only this module and its files mixin (ssh_files.py) touch paramiko, and only inside functions, so
-`gpujob --help` never loads it. The transport is opened by hand (socket, key exchange, then our
-own host key check, then
-authentication) so a changed host key is refused before any credential is offered. Commands
-are literal argv joined with `shlex.join`; the remote shell sees them quoted.
+Only this module and its files mixin (ssh_files.py) touch paramiko, and only inside
+functions, so `gpujob --help` never loads it. The transport is opened by hand (socket, key
+exchange, then our own host key check, then authentication) so a changed host key is
+refused before any credential is offered. Commands are literal argv joined with
+`shlex.join`; the remote shell sees them quoted.
 """
 
 from __future__ import annotations
