@@ -1,10 +1,14 @@
-"""Helpers for the lab tests: the real ssh and docker clients, and why the lab cannot run."""
+"""Helpers for the lab tests: the real ssh and docker clients, why the lab cannot run, and
+cutting a host's SSH connections under a client (by pid, as a flaky network would)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,3 +77,59 @@ def job_row(env: dict[str, str], job_id: str) -> dict:
     done = gpujob(env, "status", "--json")
     assert done.returncode == 0, done.stderr
     return next(row for row in json.loads(done.stdout)["jobs"] if row["id"] == job_id)
+
+
+def cut_connections(
+    host_name: str, killed: list[int], times: int, client: subprocess.Popen
+) -> None:
+    """SIGKILL, by pid, the sshd processes serving the client's connection (the children of
+    the host's listening sshd), each time a new connection has come up."""
+    from infra.lab import state
+
+    listener = state.read_state()["hosts"][host_name]["sshd"]["pid"]
+    deadline = time.monotonic() + 180
+    while len(killed) < times and time.monotonic() < deadline and client.poll() is None:
+        sessions = [p for p in children(listener) if p not in killed]
+        if not sessions:
+            time.sleep(0.05)
+            continue
+        time.sleep(0.4)  # let the client stream a little on this connection first
+        for pid in sessions:
+            tree = [pid, *[p for p in descendants(pid) if comm(p).startswith("sshd")]]
+            for target in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(target, signal.SIGKILL)
+            killed.append(pid)
+        time.sleep(0.3)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[-1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    below = children(pid)
+    return below + [d for child in below for d in descendants(child)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

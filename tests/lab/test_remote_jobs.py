@@ -12,12 +12,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from labtools import docker, gpujob
+from labtools import cut_connections, docker, gpujob
 from labtools import job_row as status_of
 
 pytestmark = pytest.mark.lab
@@ -269,6 +270,34 @@ def test_cancel_stops_the_container_and_a_restarted_client_picks_up_the_log(
     assert seen + rest == host_log  # nothing lost, nothing twice, across two clients
     assert status_of(env, "ticker")["state"] == "cancelled"
     assert containers(docker_lab, 0, "ticker") == []
+
+
+def test_a_containers_log_survives_ten_dropped_connections_byte_for_byte(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    """The docker runtime's side of the fault: the container writes job.log through its bind
+    mount while the sshd processes of gpujob's connection are killed 10 times."""
+    program = (
+        "import time\nfor i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 40)\n"
+        "    if i % 2000 == 0:\n        time.sleep(0.3)\nprint('end', flush=True)\n"
+    )
+    spec = write_job(tmp_path, program)
+    started = gpujob(env, "submit", str(spec), "--on", "ta", "--detach", "--job-id", "dock-long")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    follow = subprocess.Popen([GPUJOB, "logs", "dock-long", "-f"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    killed: list[int] = []
+    cutter = threading.Thread(
+        target=cut_connections, args=(docker_lab.hosts[0].name, killed, 10, follow)
+    )
+    cutter.start()
+    out, err = follow.communicate(timeout=300)
+    cutter.join()
+    assert follow.returncode == 0, err.decode()[-2000:]
+    assert len(set(killed)) >= 10, killed
+    host_log = docker_lab.job_log(0, "dock-long")
+    assert host_log.count(b"\nline ") == 100_000 and host_log.endswith(b"end\n")
+    assert out == host_log
 
 
 def test_a_rebooted_host_reads_lost_not_running(

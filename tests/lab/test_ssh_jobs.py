@@ -10,10 +10,8 @@ the later ones find it ready.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from labtools import alive, cut_connections, descendants
 
 pytestmark = pytest.mark.lab
 
@@ -179,7 +178,9 @@ def test_the_log_survives_ten_dropped_connections_byte_for_byte(
         [GPUJOB, "logs", "long", "-f"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     killed: list[int] = []
-    cutter = threading.Thread(target=_cut_connections, args=(ssh_host, killed, 10, follow))
+    cutter = threading.Thread(
+        target=cut_connections, args=(ssh_host.lab.name, killed, 10, follow)
+    )
     cutter.start()
     out, err = follow.communicate(timeout=240)
     cutter.join()
@@ -188,62 +189,6 @@ def test_the_log_survives_ten_dropped_connections_byte_for_byte(
     host_log = ssh_host.job_log("long")
     assert host_log.count(b"\nline ") == 100_000 and host_log.endswith(b"end\n")
     assert out == host_log
-
-
-def _cut_connections(
-    host: SSHHost, killed: list[int], times: int, client: subprocess.Popen
-) -> None:
-    """SIGKILL, by pid, the sshd processes serving the client's connection (the children of
-    the host's listening sshd), each time a new connection has come up."""
-    from infra.lab import state
-
-    listener = state.read_state()["hosts"][host.lab.name]["sshd"]["pid"]
-    deadline = time.monotonic() + 180
-    while len(killed) < times and time.monotonic() < deadline and client.poll() is None:
-        sessions = [p for p in _children(listener) if p not in killed]
-        if not sessions:
-            time.sleep(0.05)
-            continue
-        time.sleep(0.4)  # let the client stream a little on this connection first
-        for pid in sessions:
-            tree = [pid, *[p for p in _descendants(pid) if _comm(p).startswith("sshd")]]
-            for target in tree:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(target, signal.SIGKILL)
-            killed.append(pid)
-        time.sleep(0.3)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[-1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    children = _children(pid)
-    return children + [d for child in children for d in _descendants(child)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 def test_a_changed_host_key_is_refused_with_both_fingerprints(
@@ -357,13 +302,13 @@ def test_cancel_stops_a_remote_job(tmp_path: Path, env: dict[str, str], ssh_host
     wait_for(lambda: b"working" in (node_dir / "job.log").read_bytes())
     assert status_of(env, "sleeper")["state"] == "running"
     pid = json.loads((node_dir / "status.json").read_text())["pid"]
-    tree = [pid, *_descendants(pid)]
+    tree = [pid, *descendants(pid)]
     assert len(tree) >= 2  # run.sh exec-s torchrun, which starts the worker
 
     cancelled = gpujob(env, "cancel", "sleeper", "--grace", "5")
     assert cancelled.returncode == 0, cancelled.stderr
     assert status_of(env, "sleeper")["state"] == "cancelled"
-    assert not [p for p in tree if _alive(p)]
+    assert not [p for p in tree if alive(p)]
 
 
 def test_down_first_cancels_the_jobs_still_running_on_its_hosts(
