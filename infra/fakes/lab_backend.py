@@ -183,8 +183,8 @@ class LabBackend:
         else:
             listener = int(self._docker(rec["docker_host"], ["inspect", "-f", "{{.State.Pid}}",
                                                              rec["container"]]))  # fmt: skip
-        for pid in _children(listener):
-            if _comm(pid).startswith("sshd"):  # one per connection; onstart's jobs live on
+        for pid in children(listener):
+            if comm(pid).startswith("sshd"):  # one per connection; onstart's jobs live on
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -255,7 +255,7 @@ def _wait_for_ssh(address: str, port: int, what: str, why: Any = None,
     raise state.LabError(f"lab backend: {what} is not answering on {address}:{port}{detail}")
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -267,7 +267,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _comm(pid: int) -> str:
+def comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:

@@ -29,11 +29,6 @@ from launcher.remote.ssh_files import BULK_SILENCE_S, CONNECT_TIMEOUT_S, SSHFile
 KEEPALIVE_S = 15
 REFUSED_PATIENCE_S = 60
 READ_ATTEMPTS = 6
-# A log read asks for a wide window and large packets: paramiko handles every packet in
-# Python, so 8x fewer packets (OpenSSH sends up to 256 KiB) and rare window adjustments are
-# most of its speed on a big log.
-BULK_WINDOW = 64 << 20
-BULK_PACKET = 128 << 10
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 
 
@@ -253,9 +248,7 @@ class SSHConnection(SSHFiles):
         chunks: list[bytes] = []
         take = sink or chunks.append
         try:
-            channel = self._transport.open_session(
-                window_size=BULK_WINDOW, max_packet_size=BULK_PACKET, timeout=CONNECT_TIMEOUT_S
-            )
+            channel = self._transport.open_session(timeout=CONNECT_TIMEOUT_S)
             channel.settimeout(BULK_SILENCE_S)
             channel.exec_command(command)
             with channel:

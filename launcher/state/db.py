@@ -77,15 +77,18 @@ class StateDB:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or state_dir() / "state.db"
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._schema_ready = False
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         conn = sqlite3.connect(self.path, timeout=30)
         try:
-            conn.executescript(SCHEMA)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-            if "logs_to" not in columns:  # a state db from before logs were shipped
-                conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
+            if not self._schema_ready:  # once per instance: a follow writes offsets per read
+                conn.executescript(SCHEMA)
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+                if "logs_to" not in columns:  # a state db from before logs were shipped
+                    conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
+                self._schema_ready = True
             with conn:
                 yield conn
         finally:

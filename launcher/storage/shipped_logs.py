@@ -16,15 +16,14 @@ def shipped_remote(job: JobRecord) -> Remote:
     """The remote that `job.logs_to` names: the job spec's own remotes (when the file still
     loads) and the user config's."""
     name = (job.logs_to or "").split(":", 1)[0]
-    remotes = dict(all_remotes())
+    spec_remotes = None
     try:
         from launcher.spec.load import load_job_spec
 
-        spec = load_job_spec(job.spec_path, ()).spec
-        remotes = all_remotes(spec.storage)
+        spec_remotes = load_job_spec(job.spec_path, ()).spec.storage
     except GpujobError:
         pass  # the spec moved or changed since the submit: the user config may still name it
-    for remote in remotes.values():
+    for remote in all_remotes(spec_remotes).values():
         if rclone_config.rclone_name(remote) == name:
             return remote
     raise GpujobError(
@@ -33,11 +32,7 @@ def shipped_remote(job: JobRecord) -> Remote:
     )
 
 
-def read_shipped(job: JobRecord, rank: int) -> bytes:
-    from launcher.agent.ckpt_sync import rclone_env
-
-    remote = shipped_remote(job)
-    env = rclone_env(rclone_config.env_vars(remote, credentials(remote)))
+def read_shipped(job: JobRecord, rank: int, env: dict[str, str]) -> bytes:
     where = f"{job.logs_to}/node-{rank}.log"
     done = subprocess.run(["rclone", "cat", where], env=env, capture_output=True, check=False)
     if done.returncode != 0:
@@ -52,10 +47,14 @@ def read_shipped(job: JobRecord, rank: int) -> bytes:
 def show_shipped_logs(job: JobRecord, *, node: int | None, tail: int | None) -> int:
     """Each node's shipped log (prefixed by node rank when there are several), then the exit
     code recorded for the job: 1 when its end was never seen."""
+    from launcher.agent.ckpt_sync import rclone_env
+
+    remote = shipped_remote(job)  # once for all nodes: the spec and config are read once
+    env = rclone_env(rclone_config.env_vars(remote, credentials(remote)))
     ranks = [node] if node is not None else list(range(len(job.node_dirs)))
     out = sys.stdout.buffer
     for rank in ranks:
-        data = read_shipped(job, rank)
+        data = read_shipped(job, rank, env)
         if tail is not None:
             data = b"\n".join(data.rstrip(b"\n").split(b"\n")[-tail:]) + b"\n" if tail else b""
         if len(job.node_dirs) > 1:

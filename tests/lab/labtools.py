@@ -8,10 +8,16 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
+from infra.fakes.lab_backend import children, comm
+from launcher.agent.agent_os import descendants
+
 REPO = Path(__file__).resolve().parents[2]
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 SEARCH = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 TOOLS = ["ip", "sshd", "ssh", "nsenter", "unshare", "dockerd", "docker-registry", "socat",
          "debootstrap", "rclone", "iptables"]  # fmt: skip
@@ -64,10 +70,7 @@ def docker(host, *args: str) -> subprocess.CompletedProcess:
 
 def gpujob(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """The installed CLI in a subprocess, as a user runs it."""
-    import sys
-
-    cli = str(Path(sys.executable).with_name("gpujob"))
-    return subprocess.run([cli, *args], env=env, capture_output=True, timeout=timeout)
+    return subprocess.run([GPUJOB, *args], env=env, capture_output=True, timeout=timeout)
 
 
 def job_row(env: dict[str, str], job_id: str) -> dict:
@@ -77,6 +80,28 @@ def job_row(env: dict[str, str], job_id: str) -> dict:
     done = gpujob(env, "status", "--json")
     assert done.returncode == 0, done.stderr
     return next(row for row in json.loads(done.stdout)["jobs"] if row["id"] == job_id)
+
+
+LONG_JOB = (
+    "import time\nfor i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 40)\n"
+    "    if i % 2000 == 0:\n        time.sleep(0.3)\nprint('end', flush=True)\n"
+)
+"""A 100,000-line job that takes a while: long enough for 10 cut connections."""
+
+
+def follow_through_cuts(env: dict[str, str], job_id: str, host_name: str) -> bytes:
+    """`gpujob logs JOB -f` while the host's sshd processes for it are killed 10 times: what
+    the client printed (it must end well, after 10 cuts)."""
+    follow = subprocess.Popen([GPUJOB, "logs", job_id, "-f"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    killed: list[int] = []
+    cutter = threading.Thread(target=cut_connections, args=(host_name, killed, 10, follow))
+    cutter.start()
+    out, err = follow.communicate(timeout=300)
+    cutter.join()
+    assert follow.returncode == 0, err.decode()[-2000:]
+    assert len(set(killed)) >= 10, killed
+    return out
 
 
 def cut_connections(
@@ -101,35 +126,3 @@ def cut_connections(
                     os.kill(target, signal.SIGKILL)
             killed.append(pid)
         time.sleep(0.3)
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[-1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    below = children(pid)
-    return below + [d for child in below for d in descendants(child)]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""

@@ -120,11 +120,11 @@ def lab_backend_of(fake: RunningFake) -> Any:
 
 
 def _sessions(backend: Any, instance_id: str) -> list[int]:
-    from infra.fakes.lab_backend import _children, _comm
+    from infra.fakes.lab_backend import children, comm
     from infra.lab import state
 
     listener = state.read_state()["hosts"][backend.records[instance_id]["host"]]["sshd"]["pid"]
-    return [p for p in _children(listener) if _comm(p).startswith("sshd")]
+    return [p for p in children(listener) if comm(p).startswith("sshd")]
 
 
 def _registry_has_base() -> bool:

@@ -12,13 +12,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from labtools import cut_connections, docker, gpujob
+from labtools import LONG_JOB, docker, follow_through_cuts, gpujob
 from labtools import job_row as status_of
 
 pytestmark = pytest.mark.lab
@@ -277,24 +276,10 @@ def test_a_containers_log_survives_ten_dropped_connections_byte_for_byte(
 ) -> None:
     """The docker runtime's side of the fault: the container writes job.log through its bind
     mount while the sshd processes of gpujob's connection are killed 10 times."""
-    program = (
-        "import time\nfor i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 40)\n"
-        "    if i % 2000 == 0:\n        time.sleep(0.3)\nprint('end', flush=True)\n"
-    )
-    spec = write_job(tmp_path, program)
+    spec = write_job(tmp_path, LONG_JOB)
     started = gpujob(env, "submit", str(spec), "--on", "ta", "--detach", "--job-id", "dock-long")
     assert started.returncode == 0, started.stderr.decode()[-2000:]
-    follow = subprocess.Popen([GPUJOB, "logs", "dock-long", "-f"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    killed: list[int] = []
-    cutter = threading.Thread(
-        target=cut_connections, args=(docker_lab.hosts[0].name, killed, 10, follow)
-    )
-    cutter.start()
-    out, err = follow.communicate(timeout=300)
-    cutter.join()
-    assert follow.returncode == 0, err.decode()[-2000:]
-    assert len(set(killed)) >= 10, killed
+    out = follow_through_cuts(env, "dock-long", docker_lab.hosts[0].name)
     host_log = docker_lab.job_log(0, "dock-long")
     assert host_log.count(b"\nline ") == 100_000 and host_log.endswith(b"end\n")
     assert out == host_log

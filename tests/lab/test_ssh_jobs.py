@@ -14,14 +14,15 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from labtools import alive, cut_connections, descendants
+from labtools import LONG_JOB, follow_through_cuts
+
+from launcher.agent.agent_os import alive, descendants
 
 pytestmark = pytest.mark.lab
 
@@ -167,25 +168,10 @@ def test_the_log_survives_ten_dropped_connections_byte_for_byte(
 ) -> None:
     """sshd's processes for gpujob's connection are killed on the host, 10 times, while
     `logs -f` streams a 100,000-line job: the stream still equals the host's file."""
-    program = (
-        "import time\nfor i in range(100_000):\n    print(f'line {i:06d} ' + 'x' * 40)\n"
-        "    if i % 2000 == 0:\n        time.sleep(0.3)\nprint('end', flush=True)\n"
-    )
-    spec = write_job(tmp_path, program)
+    spec = write_job(tmp_path, LONG_JOB)
     started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "long")
     assert started.returncode == 0, started.stderr.decode()[-2000:]
-    follow = subprocess.Popen(
-        [GPUJOB, "logs", "long", "-f"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    killed: list[int] = []
-    cutter = threading.Thread(
-        target=cut_connections, args=(ssh_host.lab.name, killed, 10, follow)
-    )
-    cutter.start()
-    out, err = follow.communicate(timeout=240)
-    cutter.join()
-    assert follow.returncode == 0, err.decode()[-2000:]
-    assert len(set(killed)) >= 10, killed
+    out = follow_through_cuts(env, "long", ssh_host.lab.name)
     host_log = ssh_host.job_log("long")
     assert host_log.count(b"\nline ") == 100_000 and host_log.endswith(b"end\n")
     assert out == host_log
