@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,13 +30,35 @@ class BenchHost:
     env: dict[str, str]
     folder: Path
 
+    port: int | None = None
+    """Set when the host is reached through a local port (`far_away`) rather than directly."""
+
     def ssh(self, command: str) -> list[str]:
         """The OpenSSH client, key and pin as gpujob has them, one connection per call."""
         from infra.lab import known_hosts_path, user_key
 
+        where = ["-p", str(self.port), "-o", f"HostKeyAlias={self.address}", "root@127.0.0.1"]
         return ["ssh", "-i", str(user_key()), "-o", f"UserKnownHostsFile={known_hosts_path()}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                f"root@{self.address}", command]  # fmt: skip
+                *(where if self.port else [f"root@{self.address}"]), command]  # fmt: skip
+
+    @contextmanager
+    def far_away(self, one_way_ms: float) -> Iterator[BenchHost]:
+        """This host behind a proxy that adds `one_way_ms` each way (hosts.yaml's `bench`
+        goes through it too, for the rest of the block)."""
+        from delay_proxy import delay_proxy
+
+        from infra.lab import user_key
+
+        hosts = self.folder / "hosts.yaml"
+        direct = hosts.read_text()
+        with delay_proxy(self.address, 22, one_way_ms) as port:
+            hosts.write_text(f"hosts:\n  - {{name: bench, address: 127.0.0.1, port: {port},"
+                             f" user: root, key: {user_key()}}}\n")  # fmt: skip
+            try:
+                yield replace(self, port=port)
+            finally:
+                hosts.write_text(direct)
 
     def gpujob(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess:
         return subprocess.run([GPUJOB, *args], env=self.env, capture_output=True, **kwargs)  # type: ignore[call-overload]

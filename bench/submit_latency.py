@@ -6,7 +6,8 @@ execs torchrun (the same event as the baseline's `echo`: the container runs and 
 The program's own first line comes after torchrun has imported torch; that time is shown
 too, beside a second baseline doing the same work over raw ssh + docker (torchrun starting
 a one-line program). All alternate, round by round, on one host that already has the
-image. Usage (root, lab up): .venv/bin/python bench/submit_latency.py
+image. `--delay-ms 25` puts the host 50 ms away (round trip) behind a delaying proxy, for
+both. Usage (root, lab up): .venv/bin/python bench/submit_latency.py [--delay-ms 25]
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import argparse
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from labhost import GPUJOB, bench_host, write_job
+from labhost import GPUJOB, BenchHost, bench_host, write_job
 
 PROGRAM = "print('first line', flush=True)\n"
 
@@ -41,11 +44,23 @@ def first_line_s(
     return first_s, program_s
 
 
+@contextmanager
+def _maybe_far(host: BenchHost, one_way_ms: float) -> Iterator[BenchHost]:
+    if not one_way_ms:
+        yield host
+        return
+    with host.far_away(one_way_ms) as far:
+        print(f"the host is {2 * one_way_ms:g} ms away (round trip) through a delaying proxy")
+        yield far
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    rounds = parser.parse_args().rounds
-    with bench_host() as host:
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay to the host")
+    args = parser.parse_args()
+    rounds = args.rounds
+    with bench_host() as near, _maybe_far(near, args.delay_ms) as host:
         spec = write_job(host.folder, PROGRAM)
         gpujob = [GPUJOB, "submit", str(spec), "--on", "bench"]
         echo = host.ssh(f"docker run --rm {host.image} echo first line")

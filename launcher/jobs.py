@@ -45,6 +45,19 @@ def new_job_id(name: str) -> str:
 
 
 def submit(options: SubmitOptions) -> int:
+    early = None
+    if options.on and not options.up and not options.dry_run:
+        from launcher.placement import EarlyContact, split_on
+
+        early = EarlyContact(split_on(options.on))
+    try:
+        return _submit(options, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _submit(options: SubmitOptions, early: Any) -> int:
     from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE
     from launcher.plan.build import JOB_ID, Sources, build_plan
     from launcher.plan.show import plan_json, plan_text
@@ -64,10 +77,11 @@ def submit(options: SubmitOptions) -> int:
     if options.up and options.provider == "vast":
         # A Vast instance IS a container of the job's image: the job runs in its environment
         # as it is; building another from the pins there would be slow and offline.
-        target, connections, host_records = _placement(options, spec, None, up_image=image)
+        placed = _placement(options, spec, None, up_image=image)
         image = None
     else:
-        target, connections, host_records = _placement(options, spec, image)
+        placed = _placement(options, spec, image, early=early)
+    target, connections = placed.target, placed.connections
     job_id = options.job_id or new_job_id(spec.name)
     if not JOB_ID.match(job_id):
         raise UsageError(
@@ -89,16 +103,16 @@ def submit(options: SubmitOptions) -> int:
     from launcher.storage.preflight import check_before_start, env_dir
 
     try:
-        check_before_start(loaded, plan, env_dir(target, image), connections, say)
-        return _start(options, plan, loaded, connections, host_records)
+        check_before_start(loaded, plan, env_dir(target, image), connections, say, placed.facts)
+        return _start(options, plan, loaded, connections, placed.records)
     finally:
         for conn in connections.values():
             conn.close()
 
 
 def _placement(
-    options: SubmitOptions, spec: Any, image: Any, up_image: Any = None
-) -> tuple[Any, dict[str, Any], Any]:
+    options: SubmitOptions, spec: Any, image: Any, up_image: Any = None, early: Any = None
+) -> Any:
     """Where the job runs: this machine, the `--on` hosts, or hosts `--up` rents now."""
     from launcher import placement
 
@@ -108,7 +122,7 @@ def _placement(
         from launcher.providers.local import local_connections, local_target
 
         target = local_target(spec, image)
-        return target, dict(local_connections()), list(target.hosts)
+        return placement.Placement(target, dict(local_connections()), list(target.hosts))
     if options.up:
         entries, provider = _rented_hosts(options, spec, up_image or image)
     else:
@@ -118,11 +132,11 @@ def _placement(
         entries, provider = [ssh_hosts.resolve_host(name) for name in names], "ssh"
     placed = placement.remote_placement(
         spec, image, entries, runtime=options.runtime, dry_run=options.dry_run,  # type: ignore[arg-type]
-        provider=provider,
+        provider=provider, early=early,
     )  # fmt: skip
     if placed.note:
         say(placed.note)
-    return placed.target, placed.connections, placed.records
+    return placed
 
 
 def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[Any], str]:

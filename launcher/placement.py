@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from launcher.errors import GpujobError, UsageError
 from launcher.plan.model import Target
 
 RuntimeChoice = Literal["auto", "docker", "bare"]
+CLOSE_WAIT_S = 15
 
 # The image's own environment when the host is itself a container (a Vast instance is one),
 # which an SSH login does not inherit: the first python3 that has torch, on PID 1's PATH (the
@@ -46,6 +48,10 @@ else
 fi
 echo "gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
 echo "memlock=$(ulimit -Hl)"
+at="$HOME/.gpujob/jobs"
+while [ ! -e "$at" ]; do at=$(dirname "$at"); done
+echo "free_at=$at"
+echo "free_kib=$(df -Pk "$at" 2>/dev/null | awk 'NR == 2 {print $4}')"
 """
 
 
@@ -57,6 +63,9 @@ class HostFacts:
     docker: bool
     gpus: int
     memlock_unlimited: bool = True
+    free_bytes: int | None = None
+    """Free space where the job folders go (the nearest folder of ~/.gpujob/jobs there is)."""
+    free_at: str = ""
 
 
 @dataclass
@@ -65,6 +74,51 @@ class Placement:
     connections: dict[str, Any]
     records: list[str]
     note: str | None = None
+    facts: dict[str, HostFacts] = field(default_factory=dict)
+
+
+class EarlyContact:
+    """The `--on` hosts contacted (SSH handshake, then their facts) on a thread while this
+    one loads the spec: both are mostly waiting, on the network and on the host's shell, a
+    fifth of a second or more each. What the thread met (an unknown host, a refused key) is
+    raised when the placement asks, after the spec's own errors."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.contacted: dict[str, tuple[Any, HostFacts]] = {}
+        self.opened: list[Any] = []  # closed by close() unless taken
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._contact, args=(names,), daemon=True)
+        self.thread.start()
+
+    def _contact(self, names: list[str]) -> None:
+        from launcher.providers import ssh as ssh_hosts
+
+        try:
+            for name in dict.fromkeys(names):
+                entry = ssh_hosts.resolve_host(name)
+                conn = ssh_hosts.connect(entry)
+                self.opened.append(conn)
+                self.contacted[entry.name] = (conn, host_facts(conn))
+        except BaseException as err:  # raised in the caller's thread by take()
+            self.error = err
+
+    def take(self, name: str) -> tuple[Any, HostFacts] | None:
+        """The host's connection (now the caller's to close) and facts, if contacted."""
+        self.thread.join()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        contacted = self.contacted.pop(name, None)
+        if contacted is not None:
+            self.opened.remove(contacted[0])
+        return contacted
+
+    def close(self) -> None:
+        """Close what nobody took (the spec failed to load, or the hosts were not needed)."""
+        self.thread.join(CLOSE_WAIT_S)
+        for conn in self.opened:
+            conn.close()
+        self.opened.clear()
 
 
 def host_facts(conn: Any) -> HostFacts:
@@ -76,7 +130,7 @@ def host_facts(conn: Any) -> HostFacts:
             f"{result.stderr.strip()[-200:]}",
             "the host needs python3 on its PATH (the agent runs with it)",
         )
-    gpus = facts.get("gpus", "0").strip()
+    gpus, free = facts.get("gpus", "0").strip(), facts.get("free_kib", "").strip()
     return HostFacts(
         home=facts["home"],
         python=facts["python"],
@@ -84,6 +138,8 @@ def host_facts(conn: Any) -> HostFacts:
         docker=facts.get("docker") == "1",
         gpus=int(gpus) if gpus.isdigit() else 0,
         memlock_unlimited=facts.get("memlock", "unlimited").strip() == "unlimited",
+        free_bytes=int(free) * 1024 if free.isdigit() else None,
+        free_at=facts.get("free_at", "").strip(),
     )
 
 
@@ -132,8 +188,10 @@ def remote_placement(
     runtime: RuntimeChoice,
     dry_run: bool,
     provider: str = "ssh",
+    early: EarlyContact | None = None,
 ) -> Placement:
-    """Nodes on SSH hosts (`entries`, one per node, node 0 first)."""
+    """Nodes on SSH hosts (`entries`, one per node, node 0 first); `early` may hold some
+    already contacted."""
     from launcher.providers import ssh as ssh_hosts
 
     ref = image_reference(spec.image, image)
@@ -151,6 +209,10 @@ def remote_placement(
     try:
         facts = {}
         for name in names:
+            contacted = early.take(name) if early is not None else None
+            if contacted is not None:
+                conns[name], facts[name] = contacted
+                continue
             conns[name] = ssh_hosts.connect(by_name[name])
             facts[name] = host_facts(conns[name])
         addresses = [resolved_address(conns[e.name].endpoint.address) for e in entries]
@@ -159,7 +221,7 @@ def remote_placement(
         for conn in conns.values():
             conn.close()
         raise
-    return Placement(target, conns, [e.to_record() for e in entries])
+    return Placement(target, conns, [e.to_record() for e in entries], facts=facts)
 
 
 def _target(
@@ -189,8 +251,7 @@ def _target(
         for name, f in facts.items():
             if image is not None and f.version != "?" and image.python != f.version:
                 raise UsageError(
-                    f"image {image.name} is for Python {image.python} but {name} runs "
-                    f"{f.version}",
+                    f"image {image.name} is for Python {image.python} but {name} runs {f.version}",
                     "use `--set image=host` to run with the host's own Python environment",
                 )
     homes = {f.home for f in facts.values()}

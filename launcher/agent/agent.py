@@ -2,7 +2,7 @@
 """gpujob agent: supervises one node of a job on its host. Standard library only.
 
 Copied to every host as `gpujob-agent.py`, so it must run on whatever Python the host has.
-The job never depends on the client: `start` double-forks a supervisor into its own session,
+The job never depends on the client: `start` forks a supervisor into its own session,
 which runs `run.sh` in a new process group with its output going straight to `job.log` (a
 file descriptor, not a pipe through this process), records the exit code, and samples the
 job's peak memory. Clients read `status.json` and stream `job.log` by byte offset.
@@ -51,15 +51,18 @@ def start(node_dir: Path) -> int:
         print(json.dumps(status))
         return 0
     write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
-    subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "supervise", str(node_dir)],
-        cwd=node_dir,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    if os.fork() == 0:  # the supervisor: this interpreter, forked (no second Python start)
+        code = 1
+        try:
+            os.setsid()
+            os.chdir(node_dir)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # the caller's pipes: its exec must end when `start` does
+                os.dup2(null, fd)
+            os.closerange(3, 256)
+            code = supervise(node_dir)
+        finally:
+            os._exit(code)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         status = read_json(node_dir / STATUS)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from launcher.errors import UsageError
 from launcher.remote.base import Connection
+from launcher.remote.batch import File
 
 Status = Literal["ok", "fixed", "failed", "skipped"]
 AGENT_DIR = ".gpujob/bin"
@@ -96,8 +97,13 @@ def gpu(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
         facts.gpus = [row[0].strip() for row in rows]
         facts.driver = rows[0][-1].strip()
         return StepResult("gpu", "ok", f"{len(rows)}x {facts.gpus[0]}, driver {facts.driver}")
-    why = "no nvidia-smi" if result.exit_code == 127 else (
-        result.stderr.strip() or result.stdout.strip() or f"nvidia-smi exit {result.exit_code}")
+    why = (
+        "no nvidia-smi"
+        if result.exit_code == 127
+        else (
+            result.stderr.strip() or result.stdout.strip() or f"nvidia-smi exit {result.exit_code}"
+        )
+    )
     if profile.allow_cpu:
         return StepResult("gpu", "skipped", f"no NVIDIA GPU ({why}); going on: --allow-cpu")
     return StepResult("gpu", "failed", f"no NVIDIA GPU ({why})",
@@ -163,8 +169,7 @@ def agent(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResul
     wanted = {f"{where}/{name}": hashlib.sha256(body).hexdigest() for name, body in files.items()}
     if _remote_hashes(conn, list(wanted)) == wanted:
         return StepResult("agent", "ok", f"installed in {where}")
-    for name, body in files.items():
-        conn.put(f"{where}/{name}", body, 0o755)
+    conn.batch([File(f"{where}/{name}", body, 0o755) for name, body in files.items()])
     if _remote_hashes(conn, list(wanted)) != wanted:
         return StepResult("agent", "failed", f"the agent written to {where} does not read back",
                           "check free disk and permissions in the home directory")  # fmt: skip

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from launcher.remote.batch import Op, Outcome
 
 Sink = Callable[[bytes], None]
 
@@ -34,15 +37,9 @@ class Connection(Protocol):
 
     def put_file(self, source: str, path: str, mode: int) -> None: ...
 
-    def put_files(self, files: list[tuple[str, bytes, int]]) -> None:
-        """`put` for several (path, content, mode) at once: one round trip to a host."""
-        ...
-
-    def sync_dir(
-        self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
-    ) -> int:
-        """Ship a directory; only changed files move. With `mirror`, files the source no
-        longer has are removed from `path`. Returns the number of files sent."""
+    def batch(self, ops: list[Op]) -> Outcome:
+        """Sync folders, write files and run commands in order, in one round trip to a host;
+        the commands stop at the first that fails (batch.py)."""
         ...
 
     def read_log(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -12,7 +11,7 @@ from typing import Any
 
 from launcher.agent import agent
 from launcher.remote.base import Result, Sink
-from launcher.remote.ignore import shipped_files
+from launcher.remote.batch import Op, Outcome, run_local
 
 READ_CHUNK = 4 << 20
 
@@ -37,33 +36,8 @@ class LocalConnection:
     def put_file(self, source: str, path: str, mode: int) -> None:
         atomic_write(Path(path), Path(source).read_bytes(), mode)
 
-    def put_files(self, files: list[tuple[str, bytes, int]]) -> None:
-        for path, content, mode in files:
-            atomic_write(Path(path), content, mode)
-
-    def sync_dir(
-        self, source: str, path: str, excludes: tuple[str, ...], mirror: bool = False
-    ) -> int:
-        src, dest = Path(source), Path(path)
-        sent, wanted = 0, set()
-        for rel in shipped_files(src, excludes):
-            wanted.add(rel)
-            origin, target = src / rel, dest / rel
-            stat = origin.stat()
-            try:
-                have = target.stat()
-                if have.st_size == stat.st_size and int(have.st_mtime) == int(stat.st_mtime):
-                    continue
-            except FileNotFoundError:
-                pass
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(origin, target)
-            sent += 1
-        if mirror and dest.is_dir():
-            for extra in [p for p in dest.rglob("*") if p.is_file()]:
-                if extra.relative_to(dest).as_posix() not in wanted:
-                    extra.unlink()
-        return sent
+    def batch(self, ops: list[Op]) -> Outcome:
+        return run_local(ops)
 
     def read_log(
         self, node_dir: str, offset: int, wait_s: float = 0.0, sink: Sink | None = None

@@ -24,16 +24,17 @@ from launcher.errors import GpujobError
 from launcher.remote.base import Result, Sink
 from launcher.remote.hostkeys import KnownHosts, host_id
 from launcher.remote.paramiko_loader import load_paramiko
-from launcher.remote.ssh_files import BULK_SILENCE_S, CONNECT_TIMEOUT_S, SSHFiles
+from launcher.remote.ssh_files import (
+    BULK_SILENCE_S,
+    CONNECT_TIMEOUT_S,
+    ConnectionLost,
+    SSHFiles,
+)
 
 KEEPALIVE_S = 15
 REFUSED_PATIENCE_S = 60
 READ_ATTEMPTS = 6
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
-
-
-class ConnectionLost(Exception):
-    """The transport died under a command: its output is incomplete and must not be used."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,6 @@ class SSHConnection(SSHFiles):
         self.endpoint = endpoint
         self.known_hosts = KnownHosts(known_hosts)
         self._transport: Any = None
-        self._sftp: Any = None
-        self._made_dirs: set[str] = set()
 
     # -- connecting -------------------------------------------------------------------------
 
@@ -188,14 +187,10 @@ class SSHConnection(SSHFiles):
         )
 
     def _drop(self) -> None:
-        if self._sftp is not None:
-            with contextlib.suppress(Exception):
-                self._sftp.close()
         if self._transport is not None:
             with contextlib.suppress(Exception):
                 self._transport.close()
-        self._transport = self._sftp = None
-        self._made_dirs.clear()
+        self._transport = None
 
     def close(self) -> None:
         self._drop()

@@ -1,8 +1,10 @@
-"""Execute a Plan step by step through each node's Connection, and nothing else.
+"""Execute a Plan through each node's Connection, and nothing else.
 
-All nodes or none: every node is prepared (files, workdir, image, environment) before any
-starts; a multi-host job then checks that every host reaches node 0's rendezvous port; and
-if one node fails to start, the nodes already started are cancelled.
+Each node is prepared in one batch, one exec on its host (remote/batch.py): the workdir,
+its files, the image pull or the environment. All nodes or none: a job of several nodes
+starts only once every node is prepared and every host reaches node 0's rendezvous port, and
+if one node then fails to start, those already started are cancelled. A job of one node
+starts at the end of its batch.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import shlex
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import GpujobError
@@ -19,11 +22,11 @@ from launcher.plan.model import (
     Plan,
     ReachCheck,
     RunCommand,
-    Step,
     SyncDir,
     WriteFile,
 )
 from launcher.remote.base import Connection, Result
+from launcher.remote.batch import File, Op, Run, Sync
 
 Report = Callable[[str], None]
 REACH_TIMEOUT_S = 20
@@ -70,19 +73,14 @@ sys.exit(f"cannot reach {address}:{port}: {error}")
 
 
 def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -> None:
+    """Each node is prepared in one batch (one exec on its host). A job of one node starts in
+    that same batch; a job of several starts only once every node is prepared and reaches
+    node 0's rendezvous port."""
+    at_once = len(plan.nodes) == 1 and not plan.checks
     for node in plan.nodes:
-        files: list[tuple[str, bytes, int]] = []  # consecutive files go in one round trip
-        for step in node.steps:
-            if isinstance(step, WriteFile | CopyFile):
-                files.append(_file_of(step))
-                continue
-            if files:
-                connections[node.host].put_files(files)
-                files = []
-            if not (isinstance(step, RunCommand) and step.starts_job):
-                _apply_step(node, step, connections[node.host], report)
-        if files:
-            connections[node.host].put_files(files)
+        _prepare(node, connections[node.host], report, with_start=at_once)
+    if at_once:
+        return
     for check in plan.checks:
         check_reach(check, connections, report)
     started: list[NodePlan] = []
@@ -90,13 +88,62 @@ def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -
         for node in plan.nodes:
             for step in node.steps:
                 if isinstance(step, RunCommand) and step.starts_job:
-                    _apply_step(node, step, connections[node.host], report)
+                    result = connections[node.host].run(step.argv)
+                    _require(node, _Command(step.why, step.argv), result)
+                    report(f"node {node.rank}: job started")
             started.append(node)
     except BaseException:
         for node in started:
             report(f"node {node.rank}: stopping it (another node failed to start)")
             connections[node.host].run(_cancel_argv(node))
         raise
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A batch command with what a failure of it means to the user."""
+
+    why: str
+    argv: tuple[str, ...]
+    hint: str | None = None
+
+
+def _prepare(node: NodePlan, conn: Connection, report: Report, with_start: bool) -> None:
+    ops: list[Op] = []
+    commands: list[_Command] = []
+    syncs = 0
+    for step in node.steps:
+        if isinstance(step, WriteFile | CopyFile):
+            ops.append(File(*_file_of(step)))
+        elif isinstance(step, SyncDir):
+            syncs += 1
+            if step.via is None:
+                ops.append(Sync(step.source, step.path, step.excludes))
+                continue
+            ops.append(Sync(step.source, step.via, step.excludes, mirror=True))
+            copy = ("sh", "-c", COPY_WORKDIR, "sh", step.via, step.path)
+            ops.append(Run(copy))
+            hint = "check the free space on the host: `gpujob doctor HOST`"
+            commands.append(_Command("copy the workdir into the job folder", copy, hint))
+        elif isinstance(step, RunCommand) and (with_start or not step.starts_job):
+            ops.append(Run(step.argv, stream=not step.starts_job))
+            commands.append(_Command(step.why, step.argv))
+    outcome = conn.batch(ops)
+    if syncs:
+        report(f"node {node.rank}: shipped the workdir ({outcome.sent} file(s) changed)")
+    for command, result in zip(commands, outcome.runs, strict=False):
+        _require(node, command, result)
+    if with_start:
+        report(f"node {node.rank}: job started")
+
+
+def _require(node: NodePlan, command: _Command, result: Result) -> None:
+    if not result.ok:
+        raise GpujobError(
+            f"node {node.rank} ({node.host}): could not {command.why} "
+            f"(exit {result.exit_code}): {_last(result)}",
+            command.hint or f"the command was: {shlex.join(command.argv)[:300]}",
+        )
 
 
 def _cancel_argv(node: NodePlan) -> list[str]:
@@ -151,35 +198,3 @@ def _file_of(step: WriteFile | CopyFile) -> tuple[str, bytes, int]:
     if isinstance(step, WriteFile):
         return step.path, step.content.encode(), step.mode
     return step.path, Path(step.source).read_bytes(), step.mode
-
-
-def _apply_step(node: NodePlan, step: Step, conn: Connection, report: Report) -> None:
-    if isinstance(step, WriteFile):
-        conn.put(step.path, step.content.encode(), step.mode)
-    elif isinstance(step, CopyFile):
-        conn.put_file(step.source, step.path, step.mode)
-    elif isinstance(step, SyncDir):
-        if step.via is None:
-            sent = conn.sync_dir(step.source, step.path, step.excludes)
-        else:
-            sent = conn.sync_dir(step.source, step.via, step.excludes, mirror=True)
-            copied = conn.run(["sh", "-c", COPY_WORKDIR, "sh", step.via, step.path])
-            if not copied.ok:
-                raise GpujobError(
-                    f"node {node.rank} ({node.host}): could not copy the workdir into the job "
-                    f"folder: {_last(copied)}",
-                    "check the free space on the host: `gpujob doctor HOST`",
-                )
-        report(f"node {node.rank}: shipped the workdir ({sent} file(s) changed)")
-    elif isinstance(step, RunCommand):
-        result = conn.run(step.argv, stream=not step.starts_job)
-        if not result.ok:
-            raise GpujobError(
-                f"node {node.rank} ({node.host}): could not {step.why} "
-                f"(exit {result.exit_code}): {_last(result)}",
-                f"the command was: {shlex.join(step.argv)[:300]}",
-            )
-        if step.starts_job:
-            report(f"node {node.rank}: job started")
-    else:
-        raise TypeError(f"unknown plan step {step!r}")

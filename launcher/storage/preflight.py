@@ -71,11 +71,13 @@ def check_before_start(
     environment: str | None,
     connections: dict[str, Any],
     report: Callable[[str], None],
+    facts: dict[str, Any] | None = None,
 ) -> None:
     """Before any file reaches a host: the S3 probe (refused with the remote named) and, for
-    a remote host, the disk budget measured there."""
+    a remote host, the disk budget measured there (`facts` may hold its free space already,
+    read with the host's facts)."""
     if plan.provider != "local":
-        _remote_host_checks(loaded, plan, environment, connections, report)
+        _remote_host_checks(loaded, plan, environment, connections, report, facts or {})
         return
     from launcher.storage.s3 import RemoteUnreachable, check
 
@@ -100,6 +102,7 @@ def _remote_host_checks(
     environment: str | None,
     connections: dict[str, Any],
     report: Callable[[str], None],
+    facts: dict[str, Any],
 ) -> None:
     from launcher.storage import on_host
     from launcher.storage.budget import check_budget
@@ -108,8 +111,12 @@ def _remote_host_checks(
     node = plan.nodes[0]
     conn = connections[node.host]
     job_root = str(Path(node.job_dir).parent)
-    free, env_ready, where = on_host.free_space(conn, job_root, environment or "")
-    to_create = ENVIRONMENT_GUESS if environment and not env_ready else 0
+    known = facts.get(node.host)
+    if environment is None and known is not None and known.free_bytes is not None:
+        free, where, to_create = known.free_bytes, known.free_at, 0
+    else:
+        free, env_ready, where = on_host.free_space(conn, job_root, environment or "")
+        to_create = ENVIRONMENT_GUESS if environment and not env_ready else 0
     budget = check_budget(loaded, free, f"{node.host}:{where}", to_create)
     if loaded.spec.checkpoints.estimated_bytes is not None:
         report(budget.line())

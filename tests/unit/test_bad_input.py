@@ -135,3 +135,20 @@ def test_missing_spec_file_is_a_usage_error(gpujob: Callable, tmp_path: Path) ->
     assert result.exit_code == 2
     missing = tmp_path / "nope.yaml"
     assert result.stderr == f"gpujob: error: {missing}: no such job spec. check the path\n"
+
+
+def test_a_bad_spec_is_reported_before_a_bad_host(gpujob: Callable, tmp_path: Path) -> None:
+    """`--on` hosts are contacted while the spec loads; the spec's mistake still comes first,
+    and the host's is one line too, with nothing recorded."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(VALID + "nodse: 2\n")
+    bad_spec = gpujob("submit", str(spec), "--on", "gpu1:99999")
+    assert bad_spec.exit_code == 2
+    assert bad_spec.stderr.startswith(f"gpujob: error: {spec}:5: nodse:"), bad_spec.stderr
+
+    spec.write_text(VALID)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    bad_host = gpujob("submit", str(spec), "--on", "gpu1:99999")
+    assert bad_host.exit_code == 2
+    assert bad_host.stderr.startswith("gpujob: error: --on gpu1:99999: 99999 is not a port")
+    assert len(bad_host.stderr.splitlines()) == 1 and "Traceback" not in bad_host.stderr

@@ -1,0 +1,289 @@
+"""A node's preparation in one exec: the workdir synced by size and mtime, the node's files,
+then its commands, all through one stream to a small program on the host.
+
+Every exec is a round trip plus sshd's session setup (tens of milliseconds to a host across
+the internet) and SFTP takes about five round trips a file: a submit used to spend seven
+execs and an SFTP session before its job started. Here the client sends the workdir's
+listing, the host answers with the files it lacks (the one turnaround), and the rest
+follows without waiting: those files, the node's files, then the commands, which the host
+runs in order until one fails. Nothing after a failed command runs.
+
+The program reads JSON lines on stdin (a file's bytes follow its line) and answers on stdout:
+
+    {"sync": ROOT, "have": {REL: [SIZE, MTIME]}, "mirror": BOOL}  ->  {"need": [REL, ...]}
+    {"file": PATH, "size": N, "mode": M, "mtime": T or null} + N bytes
+    {"run": ARGV, "stream": BOOL}  ->  {"code": C, "out": STDOUT, "err": STDERR}
+    (end of input)  ->  {"done": FILES}        (a failure of its own: {"error": TEXT})
+
+A streamed command's stderr goes straight through (a pull's progress); the others' is
+answered with their exit code. Each file lands whole: a temp file of its final mode from
+the first byte, renamed over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from launcher.errors import GpujobError
+from launcher.remote.base import Result
+from launcher.remote.ignore import shipped_files
+
+CHUNK = 1 << 20
+ANSWER_BYTES = 16384  # what a command's stdout/stderr answer keeps (its tail)
+
+HOST_PROGRAM = r"""
+import json, os, subprocess, sys
+src = sys.stdin.buffer
+
+
+def say(answer):
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def listing(root):
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                stat = os.lstat(path)
+            except OSError:
+                continue
+            found[os.path.relpath(path, root)] = [stat.st_size, int(stat.st_mtime)]
+    return found
+
+
+def sync(meta):
+    root, want = meta["sync"], meta["have"]
+    have = listing(root) if os.path.isdir(root) else {}
+    if meta["mirror"]:
+        for rel in sorted(set(have) - set(want)):
+            os.remove(os.path.join(root, rel))
+    say({"need": sorted(rel for rel, stat in want.items() if have.get(rel) != stat)})
+
+
+def receive(meta):
+    path, left = meta["file"], meta["size"]
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, meta["mode"])
+    with os.fdopen(fd, "wb") as out:
+        while left:
+            chunk = src.read(min(left, 1 << 20))
+            if not chunk:
+                os.unlink(tmp)
+                raise OSError("%s: the stream ended %d bytes short" % (path, left))
+            out.write(chunk)
+            left -= len(chunk)
+    if meta.get("mtime") is not None:
+        os.utime(tmp, (meta["mtime"], meta["mtime"]))
+    os.replace(tmp, path)
+
+
+def run(meta):
+    done = subprocess.run(meta["run"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=None if meta["stream"] else subprocess.PIPE)
+    tail = lambda data: (data or b"")[-KEEP:].decode(errors="replace")
+    say({"code": done.returncode, "out": tail(done.stdout), "err": tail(done.stderr)})
+    return done.returncode == 0
+
+
+files = 0
+try:
+    for head in iter(src.readline, b""):
+        meta = json.loads(head)
+        if "sync" in meta:
+            sync(meta)
+        elif "file" in meta:
+            receive(meta)
+            files += 1
+        elif not run(meta):
+            sys.exit(0)
+except OSError as err:
+    say({"error": "%s: %s" % (err.filename, err.strerror) if err.filename else str(err)})
+    sys.exit(1)
+say({"done": files})
+""".replace("KEEP", str(ANSWER_BYTES))
+
+
+@dataclass(frozen=True)
+class Sync:
+    """Mirror-or-update `path` from the local folder `source` (files `excludes` and the
+    ignore files leave out stay here)."""
+
+    source: str
+    path: str
+    excludes: tuple[str, ...] = ()
+    mirror: bool = False
+
+
+@dataclass(frozen=True)
+class File:
+    path: str
+    content: bytes
+    mode: int
+
+
+@dataclass(frozen=True)
+class Run:
+    argv: tuple[str, ...]
+    stream: bool = False
+
+
+Op = Sync | File | Run
+
+
+@dataclass
+class Outcome:
+    """What a batch did: workdir files sent, and the commands that ran, in order (only the
+    last may have failed; those after it never ran)."""
+
+    sent: int = 0
+    runs: list[Result] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(run.ok for run in self.runs)
+
+
+class Pipe(Protocol):
+    """The program's stdin and stdout, however they reach it (an SSH channel, a pipe)."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def end(self) -> None:
+        """No more input."""
+        ...
+
+    def readline(self) -> bytes: ...
+
+
+def run_batch(ops: list[Op], pipe: Pipe, where: str) -> Outcome:
+    """Drive the host program through `pipe`. A command that fails stops the host, which
+    then reads no more: what could not be sent is not an error, its answer says why."""
+    outcome, commands = Outcome(), sum(isinstance(op, Run) for op in ops)
+    try:
+        for op in ops:
+            if isinstance(op, Sync):
+                outcome.sent += _sync(op, pipe, where)
+            elif isinstance(op, File):
+                _send_file(pipe, op.path, len(op.content), op.mode, None, [op.content])
+            else:
+                pipe.send(_line({"run": list(op.argv), "stream": op.stream}))
+        pipe.end()
+    except OSError:
+        pass  # the host stopped reading: a command failed (or the program did, and says so)
+    for _ in range(commands):
+        answer = _answer(pipe, where)
+        if "code" not in answer:
+            break
+        outcome.runs.append(Result(answer["code"], answer["out"], answer["err"]))
+        if answer["code"] != 0:
+            return outcome
+    else:
+        _answer(pipe, where, expect="done")
+    return outcome
+
+
+def _sync(op: Sync, pipe: Pipe, where: str) -> int:
+    source = Path(op.source)
+    have = {}
+    for rel in shipped_files(source, op.excludes):
+        stat = (source / rel).stat()
+        have[rel] = [stat.st_size, int(stat.st_mtime)]
+    pipe.send(_line({"sync": op.path, "have": have, "mirror": op.mirror}))
+    need = _answer(pipe, where, expect="need")["need"]
+    for rel in need:
+        with open(source / rel, "rb") as handle:
+            stat = os.fstat(handle.fileno())  # as it is now, not as listed
+            _send_file(pipe, f"{op.path}/{rel}", stat.st_size, stat.st_mode & 0o777,
+                       stat.st_mtime, _chunks(handle, stat.st_size))  # fmt: skip
+    return len(need)
+
+
+def _chunks(handle: BinaryIO, size: int) -> Iterator[bytes]:
+    """Exactly `size` bytes: a file that grows while it is sent is cut there and one that
+    shrinks is padded; its size then differs from this one, so the next submit sends it
+    again."""
+    left = size
+    while left:
+        chunk = handle.read(min(left, CHUNK)) or b"\0" * min(left, CHUNK)
+        left -= len(chunk)
+        yield chunk
+
+
+def _send_file(
+    pipe: Pipe, path: str, size: int, mode: int, mtime: float | None, chunks: Iterable[bytes]
+) -> None:
+    pipe.send(_line({"file": path, "size": size, "mode": mode, "mtime": mtime}))
+    for chunk in chunks:
+        pipe.send(chunk)
+
+
+def _line(request: dict[str, object]) -> bytes:
+    return json.dumps(request).encode() + b"\n"
+
+
+def _answer(pipe: Pipe, where: str, expect: str | None = None) -> dict:
+    line = pipe.readline()
+    try:
+        answer = json.loads(line) if line else {}
+    except ValueError:
+        answer = {"error": line.decode(errors="replace").strip()[-300:]}
+    if "error" in answer or not answer or (expect and expect not in answer):
+        said = answer.get("error") or "the program on the host ended without an answer"
+        raise GpujobError(
+            f"{where}: preparing the job failed: {said}",
+            "check the free disk and the permissions of the home folder on the host",
+        )
+    return answer
+
+
+class ProcessPipe:
+    """The program run by this machine's Python: the local provider's host."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOST_PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+
+    def end(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def readline(self) -> bytes:
+        assert self.proc.stdout is not None
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.flush()  # a sync's listing waits for its answer
+        return self.proc.stdout.readline()
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):  # it stopped reading: a command failed
+                self.proc.stdin.close()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.proc.wait()
+
+
+def run_local(ops: list[Op]) -> Outcome:
+    pipe = ProcessPipe()
+    try:
+        return run_batch(ops, pipe, "this machine")
+    finally:
+        pipe.close()
