@@ -37,12 +37,14 @@ def logs(
     node: int | None = None,
     tail: int | None = None,
     connections: list[Any] | None = None,
+    first_reads: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
 ) -> int:
+    """`first_reads`: reads from byte 0 already made, by node rank (submit's)."""
     db = StateDB()
     job = job_or_fail(db, reference)
     conns = connections or job_connections(job)
     try:
-        return _logs(db, job, conns, follow=follow, node=node, tail=tail)
+        return _logs(db, job, conns, follow=follow, node=node, tail=tail, first=first_reads)
     except GpujobError as err:
         if isinstance(err, UsageError) or not job.logs_to or connections is not None:
             raise
@@ -62,6 +64,7 @@ def _logs(
     follow: bool,
     node: int | None,
     tail: int | None,
+    first: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
 ) -> int:
     from launcher.runtime.logs import (
         NodeStream,
@@ -89,6 +92,8 @@ def _logs(
             if stream.offset:
                 say(f"node {stream.rank}: resuming at byte {stream.offset}, where the last "
                     "follow stopped")  # fmt: skip
+        if stream.offset == 0 and first:
+            stream.first = first.get(stream.rank)
     output = Output(
         sys.stdout.buffer,
         prefix=len(job.node_dirs) > 1,

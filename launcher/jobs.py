@@ -183,7 +183,7 @@ def _start(
         )
     )  # fmt: skip
     try:
-        apply_plan(plan, connections, say)
+        first_reads = apply_plan(plan, connections, say, read_first=not options.detach)
     except BaseException:
         db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
         raise
@@ -194,7 +194,8 @@ def _start(
         return 0
     from launcher.joblogs import logs
 
-    return logs(job_id, follow=True, connections=job_connections(db.job(job_id), connections))
+    conns = job_connections(db.job(job_id), connections)
+    return logs(job_id, follow=True, connections=conns, first_reads=first_reads)
 
 
 def _secret_values(loaded: Any) -> dict[str, str]:

@@ -12,10 +12,11 @@ The program reads JSON lines on stdin (a file's bytes follow its line) and answe
 
     {"sync": ROOT, "have": {REL: [SIZE, MTIME]}, "mirror": BOOL}  ->  {"need": [REL, ...]}
     {"file": PATH, "size": N, "mode": M, "mtime": T or null} + N bytes
-    {"run": ARGV, "stream": BOOL}  ->  {"code": C, "out": STDOUT, "err": STDERR}
+    {"run": ARGV, "stream": BOOL}  ->  {"code": C, "out": N, "err": STDERR} + N bytes
     (end of input)  ->  {"done": FILES}        (a failure of its own: {"error": TEXT})
 
-A streamed command's stderr goes straight through (a pull's progress); the others' is
+A command's stdout comes back whole, byte for byte (the first read of a job's log is one);
+a streamed command's stderr goes straight through (a pull's progress), the others' tail is
 answered with their exit code. Each file lands whole: a temp file of its final mode from
 the first byte, renamed over.
 """
@@ -37,16 +38,16 @@ from launcher.remote.base import Result
 from launcher.remote.ignore import shipped_files
 
 CHUNK = 1 << 20
-ANSWER_BYTES = 16384  # what a command's stdout/stderr answer keeps (its tail)
+ANSWER_BYTES = 16384  # what a command's stderr answer keeps (its tail)
 
 HOST_PROGRAM = r"""
 import json, os, subprocess, sys
 src = sys.stdin.buffer
 
 
-def say(answer):
-    sys.stdout.write(json.dumps(answer) + "\n")
-    sys.stdout.flush()
+def say(answer, data=b""):
+    sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n" + data)
+    sys.stdout.buffer.flush()
 
 
 def listing(root):
@@ -94,8 +95,8 @@ def receive(meta):
 def run(meta):
     done = subprocess.run(meta["run"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=None if meta["stream"] else subprocess.PIPE)
-    tail = lambda data: (data or b"")[-KEEP:].decode(errors="replace")
-    say({"code": done.returncode, "out": tail(done.stdout), "err": tail(done.stderr)})
+    err = (done.stderr or b"")[-KEEP:].decode(errors="replace")
+    say({"code": done.returncode, "out": len(done.stdout), "err": err}, done.stdout)
     return done.returncode == 0
 
 
@@ -151,6 +152,8 @@ class Outcome:
 
     sent: int = 0
     runs: list[Result] = field(default_factory=list)
+    outputs: list[bytes] = field(default_factory=list)
+    """Each command's stdout as bytes, as it wrote them."""
 
     @property
     def ok(self) -> bool:
@@ -167,6 +170,10 @@ class Pipe(Protocol):
         ...
 
     def readline(self) -> bytes: ...
+
+    def read(self, size: int) -> bytes:
+        """Exactly `size` bytes, fewer only at the end of the stream."""
+        ...
 
 
 def run_batch(ops: list[Op], pipe: Pipe, where: str) -> Outcome:
@@ -188,7 +195,9 @@ def run_batch(ops: list[Op], pipe: Pipe, where: str) -> Outcome:
         answer = _answer(pipe, where)
         if "code" not in answer:
             break
-        outcome.runs.append(Result(answer["code"], answer["out"], answer["err"]))
+        out = pipe.read(answer["out"])
+        outcome.outputs.append(out)
+        outcome.runs.append(Result(answer["code"], out.decode(errors="replace"), answer["err"]))
         if answer["code"] != 0:
             return outcome
     else:
@@ -271,6 +280,10 @@ class ProcessPipe:
         if self.proc.stdin and not self.proc.stdin.closed:
             self.proc.stdin.flush()  # a sync's listing waits for its answer
         return self.proc.stdout.readline()
+
+    def read(self, size: int) -> bytes:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read(size)
 
     def close(self) -> None:
         if self.proc.stdin and not self.proc.stdin.closed:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from launcher.errors import GpujobError
@@ -32,7 +33,7 @@ class ChannelPipe:
 
     def __init__(self, channel: Any, transport: Any) -> None:
         self.channel, self.transport = channel, transport
-        self.buffer = b""
+        self.buffer = bytearray()
         self.echo = threading.Thread(target=self._copy_stderr, daemon=True)
         self.echo.start()
 
@@ -43,9 +44,22 @@ class ChannelPipe:
         self.channel.shutdown_write()
 
     def readline(self) -> bytes:
+        self._fill(lambda: b"\n" in self.buffer)
+        line, sep, rest = self.buffer.partition(b"\n")
+        self.buffer = rest
+        return bytes(line + sep)
+
+    def read(self, size: int) -> bytes:
+        self._fill(lambda: len(self.buffer) >= size)
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def _fill(self, enough: Callable[[], bool]) -> None:
+        """Receive until `enough()` or the end of the stream."""
         self.channel.settimeout(POLL_S)
         try:
-            while b"\n" not in self.buffer:
+            while not enough():
                 try:
                     chunk = self.channel.recv(1 << 16)
                 except TimeoutError:
@@ -53,12 +67,10 @@ class ChannelPipe:
                         continue
                     raise ConnectionLost("the connection dropped") from None
                 if not chunk:
-                    break
+                    return
                 self.buffer += chunk
         finally:
             self.channel.settimeout(None)
-        line, sep, self.buffer = self.buffer.partition(b"\n")
-        return line + sep
 
     def _copy_stderr(self) -> None:
         while True:

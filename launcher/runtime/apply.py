@@ -9,11 +9,13 @@ starts at the end of its batch.
 
 from __future__ import annotations
 
+import json
 import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from launcher.errors import GpujobError
 from launcher.plan.model import (
@@ -26,10 +28,12 @@ from launcher.plan.model import (
     WriteFile,
 )
 from launcher.remote.base import Connection, Result
-from launcher.remote.batch import File, Op, Run, Sync
+from launcher.remote.batch import File, Op, Outcome, Run, Sync
 
 Report = Callable[[str], None]
 REACH_TIMEOUT_S = 20
+FIRST_READ_WAIT_S = 1  # how long the start's read waits for the job's first bytes
+FirstRead = tuple[bytes, dict[str, Any]]
 
 # Holds node 0's rendezvous port open while the others dial it: a bind failure means the
 # port is taken (or the address is not this host's, which c10d needs to host the store).
@@ -72,15 +76,21 @@ sys.exit(f"cannot reach {address}:{port}: {error}")
 """
 
 
-def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -> None:
+def apply_plan(
+    plan: Plan, connections: dict[str, Connection], report: Report, read_first: bool = False
+) -> dict[int, FirstRead]:
     """Each node is prepared in one batch (one exec on its host). A job of one node starts in
-    that same batch; a job of several starts only once every node is prepared and reaches
-    node 0's rendezvous port."""
+    that same batch, which then (with `read_first`) reads the log's first bytes, returned by
+    node rank for the log follow to start from; a job of several starts only once every node
+    is prepared and reaches node 0's rendezvous port."""
     at_once = len(plan.nodes) == 1 and not plan.checks
+    first: dict[int, FirstRead] = {}
     for node in plan.nodes:
-        _prepare(node, connections[node.host], report, with_start=at_once)
+        read = _prepare(node, connections[node.host], report, at_once, read_first)
+        if read is not None:
+            first[node.rank] = read
     if at_once:
-        return
+        return first
     for check in plan.checks:
         check_reach(check, connections, report)
     started: list[NodePlan] = []
@@ -97,6 +107,7 @@ def apply_plan(plan: Plan, connections: dict[str, Connection], report: Report) -
             report(f"node {node.rank}: stopping it (another node failed to start)")
             connections[node.host].run(_cancel_argv(node))
         raise
+    return first
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,9 @@ class _Command:
     hint: str | None = None
 
 
-def _prepare(node: NodePlan, conn: Connection, report: Report, with_start: bool) -> None:
+def _prepare(
+    node: NodePlan, conn: Connection, report: Report, with_start: bool, read_first: bool
+) -> FirstRead | None:
     ops: list[Op] = []
     commands: list[_Command] = []
     syncs = 0
@@ -128,13 +141,33 @@ def _prepare(node: NodePlan, conn: Connection, report: Report, with_start: bool)
         elif isinstance(step, RunCommand) and (with_start or not step.starts_job):
             ops.append(Run(step.argv, stream=not step.starts_job))
             commands.append(_Command(step.why, step.argv))
+    if with_start and read_first:
+        ops.append(Run(_agent_argv(node, "read", node.node_dir, "0", str(FIRST_READ_WAIT_S))))
     outcome = conn.batch(ops)
     if syncs:
         report(f"node {node.rank}: shipped the workdir ({outcome.sent} file(s) changed)")
     for command, result in zip(commands, outcome.runs, strict=False):
         _require(node, command, result)
-    if with_start:
-        report(f"node {node.rank}: job started")
+    if not with_start:
+        return None
+    report(f"node {node.rank}: job started")
+    return _first_read(outcome) if read_first else None
+
+
+def _first_read(outcome: Outcome) -> FirstRead | None:
+    """The read's bytes and the status the agent gave with them (its last stderr line),
+    when it ran and answered as the agent does; else the follow reads from byte 0 itself."""
+    if len(outcome.runs) < 2 or not outcome.runs[-1].ok:
+        return None
+    lines = outcome.runs[-1].stderr.strip().splitlines()
+    try:
+        status = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return None
+    data = outcome.outputs[-1]
+    if not isinstance(status, dict) or status.get("offset") != len(data):
+        return None
+    return data, status
 
 
 def _require(node: NodePlan, command: _Command, result: Result) -> None:
@@ -147,8 +180,13 @@ def _require(node: NodePlan, command: _Command, result: Result) -> None:
 
 
 def _cancel_argv(node: NodePlan) -> list[str]:
+    return list(_agent_argv(node, "cancel", node.node_dir, "5"))
+
+
+def _agent_argv(node: NodePlan, *args: str) -> tuple[str, ...]:
+    """The agent as the node's start step runs it (its Python, its path), with `args`."""
     start = next(s for s in node.steps if isinstance(s, RunCommand) and s.starts_job)
-    return [start.argv[0], start.argv[1], "cancel", node.node_dir, "5"]
+    return (start.argv[0], start.argv[1], *args)
 
 
 def check_reach(check: ReachCheck, connections: dict[str, Connection], report: Report) -> None:
@@ -182,8 +220,6 @@ def check_reach(check: ReachCheck, connections: dict[str, Connection], report: R
 
 def _last(result: Result) -> str:
     """The last line said; for the agent's JSON status, its reason."""
-    import json
-
     lines = (result.stderr or result.stdout).strip().splitlines()
     if not lines:
         return f"exit {result.exit_code}"

@@ -48,6 +48,9 @@ class NodeStream:
     """The last bytes shown (up to TAIL_BYTES): the job's last line without another read."""
     patience_s: float | None = None
     """How long the host may stay unreachable (None: `reconnect_budget_s()`)."""
+    first: tuple[bytes, dict[str, Any]] | None = None
+    """A read from byte 0 already made (submit's batch reads the log as it starts the job):
+    the stream's first read uses it instead of asking the host again."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,12 @@ def _read(
         if _stop_requested:
             raise Stopped  # between two pieces: what was shown is what the offset says
 
+    if stream.first is not None and stream.offset == 0:
+        data, status = stream.first
+        stream.first = None
+        if data:
+            show(data)
+        return status
     try:
         _, status = stream.connection.read_log(stream.node_dir, stream.offset, wait_s, show)
     except GpujobError as err:

@@ -72,3 +72,12 @@ def test_a_file_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> Non
     assert "preparing the job failed" in message and str(tmp_path / "plain") in message
     assert "\n" not in message and "Traceback" not in message
     assert os.listdir(tmp_path) == ["plain"]
+
+
+def test_a_commands_stdout_comes_back_byte_for_byte(tmp_path: Path) -> None:
+    """As the first read of a job's log does: any bytes, any size, exactly."""
+    log = tmp_path / "job.log"
+    log.write_bytes(bytes(range(256)) * 1024 + b"50%\r100%\r\n\xff\xfe tail")
+    outcome = run_local([Run(("cat", str(log))), Run(("printf", "after"))])
+    assert outcome.outputs == [log.read_bytes(), b"after"]
+    assert [run.exit_code for run in outcome.runs] == [0, 0]
