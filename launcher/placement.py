@@ -18,7 +18,6 @@ from launcher.errors import GpujobError, UsageError
 from launcher.plan.model import Target
 
 RuntimeChoice = Literal["auto", "docker", "bare"]
-CLOSE_WAIT_S = 15
 
 # The image's own environment when the host is itself a container (a Vast instance is one),
 # which an SSH login does not inherit: the first python3 that has torch, on PID 1's PATH (the
@@ -87,6 +86,8 @@ class EarlyContact:
         self.contacted: dict[str, tuple[Any, HostFacts]] = {}
         self.opened: list[Any] = []  # closed by close() unless taken
         self.error: BaseException | None = None
+        self.closed = False
+        self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._contact, args=(names,), daemon=True)
         self.thread.start()
 
@@ -97,8 +98,16 @@ class EarlyContact:
             for name in dict.fromkeys(names):
                 entry = ssh_hosts.resolve_host(name)
                 conn = ssh_hosts.connect(entry)
-                self.opened.append(conn)
-                self.contacted[entry.name] = (conn, host_facts(conn))
+                with self.lock:
+                    if self.closed:
+                        return
+                    self.opened.append(conn)
+                facts = host_facts(conn)
+                with self.lock:
+                    if self.closed:  # close() came while the facts were read
+                        conn.close()
+                        return
+                    self.contacted[entry.name] = (conn, facts)
         except BaseException as err:  # raised in the caller's thread by take()
             self.error = err
 
@@ -114,11 +123,14 @@ class EarlyContact:
         return contacted
 
     def close(self) -> None:
-        """Close what nobody took (the spec failed to load, or the hosts were not needed)."""
-        self.thread.join(CLOSE_WAIT_S)
-        for conn in self.opened:
-            conn.close()
-        self.opened.clear()
+        """Close what nobody took (the spec failed to load, or the hosts were not needed),
+        without waiting for a host that is slow to answer: the thread closes what it opens
+        from now on."""
+        with self.lock:
+            self.closed = True
+            for conn in self.opened:
+                conn.close()
+            self.opened.clear()
 
 
 def host_facts(conn: Any) -> HostFacts:

@@ -380,14 +380,12 @@ def _size(path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("start", "supervise", "status", "cancel", "read"):
+    if len(argv) < 2 or argv[0] not in ("start", "status", "cancel", "read"):
         sys.stderr.write(__doc__ or "")
         return 2
     node_dir = Path(argv[1]).resolve()
     if argv[0] == "start":
         return start(node_dir)
-    if argv[0] == "supervise":
-        return supervise(node_dir)
     if argv[0] == "status":
         print(json.dumps(dict(status_of(node_dir), last_line=last_line(node_dir))))
         return 0

@@ -41,7 +41,7 @@ CHUNK = 1 << 20
 ANSWER_BYTES = 16384  # what a command's stderr answer keeps (its tail)
 
 HOST_PROGRAM = r"""
-import json, os, subprocess, sys
+import json, os, subprocess, sys, threading
 src = sys.stdin.buffer
 
 
@@ -78,26 +78,46 @@ def receive(meta):
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, meta["mode"])
-    with os.fdopen(fd, "wb") as out:
-        while left:
-            chunk = src.read(min(left, 1 << 20))
-            if not chunk:
-                os.unlink(tmp)
-                raise OSError("%s: the stream ended %d bytes short" % (path, left))
-            out.write(chunk)
-            left -= len(chunk)
-    if meta.get("mtime") is not None:
-        os.utime(tmp, (meta["mtime"], meta["mtime"]))
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, meta["mode"])
+        with os.fdopen(fd, "wb") as out:
+            while left:
+                chunk = src.read(min(left, 1 << 20))
+                if not chunk:
+                    raise OSError("%s: the stream ended %d bytes short" % (path, left))
+                out.write(chunk)
+                left -= len(chunk)
+        if meta.get("mtime") is not None:
+            os.utime(tmp, (meta["mtime"], meta["mtime"]))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def run(meta):
-    done = subprocess.run(meta["run"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=None if meta["stream"] else subprocess.PIPE)
-    err = (done.stderr or b"")[-KEEP:].decode(errors="replace")
-    say({"code": done.returncode, "out": len(done.stdout), "err": err}, done.stdout)
-    return done.returncode == 0
+    proc = subprocess.Popen(meta["run"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    kept = [b""]
+
+    def drain():  # a streamed command's stderr goes through as it comes; its tail is kept
+        while True:
+            chunk = os.read(proc.stderr.fileno(), 1 << 16)
+            if not chunk:
+                return
+            if meta["stream"]:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+            kept[0] = (kept[0] + chunk)[-KEEP:]
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    out = proc.stdout.read()
+    reader.join()
+    code = proc.wait()
+    say({"code": code, "out": len(out), "err": kept[0].decode(errors="replace")}, out)
+    return code == 0
 
 
 files = 0
@@ -132,8 +152,8 @@ class Sync:
 @dataclass(frozen=True)
 class File:
     path: str
-    content: bytes
-    mode: int
+    content: bytes = field(repr=False)  # may be a secret
+    mode: int = 0o644
 
 
 @dataclass(frozen=True)
@@ -160,13 +180,20 @@ class Outcome:
         return all(run.ok for run in self.runs)
 
 
+class HostStopped(Exception):
+    """The program stopped reading its input: a command failed (its answer says how), or the
+    program itself did (its answer, or the lack of one, says so)."""
+
+
 class Pipe(Protocol):
     """The program's stdin and stdout, however they reach it (an SSH channel, a pipe)."""
 
-    def send(self, data: bytes) -> None: ...
+    def send(self, data: bytes) -> None:
+        """Raises HostStopped when the program no longer reads."""
+        ...
 
     def end(self) -> None:
-        """No more input."""
+        """No more input (raises HostStopped like `send`)."""
         ...
 
     def readline(self) -> bytes: ...
@@ -189,8 +216,15 @@ def run_batch(ops: list[Op], pipe: Pipe, where: str) -> Outcome:
             else:
                 pipe.send(_line({"run": list(op.argv), "stream": op.stream}))
         pipe.end()
-    except OSError:
-        pass  # the host stopped reading: a command failed (or the program did, and says so)
+    except HostStopped:
+        pass  # its answers say why
+    except OSError as err:  # a workdir file this machine cannot read: end the input, say which
+        with contextlib.suppress(HostStopped):
+            pipe.end()
+        raise GpujobError(
+            f"cannot read {err.filename}: {err.strerror}",
+            "fix its permissions, or leave it out with .gpujobignore",
+        ) from None
     for _ in range(commands):
         answer = _answer(pipe, where)
         if "code" not in answer:
@@ -209,7 +243,10 @@ def _sync(op: Sync, pipe: Pipe, where: str) -> int:
     source = Path(op.source)
     have = {}
     for rel in shipped_files(source, op.excludes):
-        stat = (source / rel).stat()
+        try:
+            stat = (source / rel).stat()
+        except FileNotFoundError:
+            continue  # a dangling link, or gone since the walk: nothing to ship
         have[rel] = [stat.st_size, int(stat.st_mtime)]
     pipe.send(_line({"sync": op.path, "have": have, "mirror": op.mirror}))
     need = _answer(pipe, where, expect="need")["need"]
@@ -269,11 +306,17 @@ class ProcessPipe:
 
     def send(self, data: bytes) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
+        try:
+            self.proc.stdin.write(data)
+        except (BrokenPipeError, ValueError):  # it exited (or we closed its input already)
+            raise HostStopped from None
 
     def end(self) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            raise HostStopped from None
 
     def readline(self) -> bytes:
         assert self.proc.stdout is not None

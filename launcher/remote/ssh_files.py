@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.errors import GpujobError
-from launcher.remote.batch import HOST_PROGRAM, File, Op, Outcome, run_batch
+from launcher.remote.batch import HOST_PROGRAM, File, HostStopped, Op, Outcome, run_batch
 from launcher.remote.paramiko_loader import load_paramiko
 
 CONNECT_TIMEOUT_S = 10
@@ -38,10 +38,16 @@ class ChannelPipe:
         self.echo.start()
 
     def send(self, data: bytes) -> None:
-        self.channel.sendall(data)
+        try:
+            self.channel.sendall(data)
+        except OSError:
+            raise HostStopped from None
 
     def end(self) -> None:
-        self.channel.shutdown_write()
+        try:
+            self.channel.shutdown_write()
+        except OSError:
+            raise HostStopped from None
 
     def readline(self) -> bytes:
         self._fill(lambda: b"\n" in self.buffer)
@@ -67,6 +73,8 @@ class ChannelPipe:
                         continue
                     raise ConnectionLost("the connection dropped") from None
                 if not chunk:
+                    if not self.transport.is_active():
+                        raise ConnectionLost("the connection dropped")
                     return
                 self.buffer += chunk
         finally:

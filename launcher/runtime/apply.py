@@ -14,7 +14,7 @@ import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from launcher.errors import GpujobError
@@ -143,7 +143,15 @@ def _prepare(
             commands.append(_Command(step.why, step.argv))
     if with_start and read_first:
         ops.append(Run(_agent_argv(node, "read", node.node_dir, "0", str(FIRST_READ_WAIT_S))))
-    outcome = conn.batch(ops)
+    try:
+        outcome = conn.batch(ops)
+    except GpujobError as err:
+        if not with_start:
+            raise
+        raise GpujobError(  # the start may have reached the host before the line went
+            f"{err.message}; the job may have started there",
+            f"`gpujob logs {PurePosixPath(node.job_dir).name} -f` finds out (and follows it)",
+        ) from None
     if syncs:
         report(f"node {node.rank}: shipped the workdir ({outcome.sent} file(s) changed)")
     for command, result in zip(commands, outcome.runs, strict=False):

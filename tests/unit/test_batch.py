@@ -81,3 +81,30 @@ def test_a_commands_stdout_comes_back_byte_for_byte(tmp_path: Path) -> None:
     outcome = run_local([Run(("cat", str(log))), Run(("printf", "after"))])
     assert outcome.outputs == [log.read_bytes(), b"after"]
     assert [run.exit_code for run in outcome.runs] == [0, 0]
+
+
+def test_unreadable_workdir_files_are_one_clear_error_and_dangling_links_are_skipped(
+    tmp_path: Path,
+) -> None:
+    src, dest = tmp_path / "src", tmp_path / "copy"
+    src.mkdir()
+    (src / "train.py").write_text("print(1)\n")
+    (src / "gone").symlink_to(src / "no-such-file")
+    assert run_local([Sync(str(src), str(dest)), Run(("true",))]).sent == 1
+    assert sorted(p.name for p in dest.iterdir()) == ["train.py"]
+
+    (src / "loop").symlink_to(src / "loop")
+    with pytest.raises(GpujobError) as caught:
+        run_local([Sync(str(src), str(dest)), Run(("touch", str(tmp_path / "ran")))])
+    assert caught.value.message.startswith(f"cannot read {src / 'loop'}: ")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_streamed_command_shows_its_stderr_and_keeps_the_tail_for_the_error(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    outcome = run_local([Run(("sh", "-c", "echo pulling layer 1 >&2; echo denied >&2; exit 4"),
+                             stream=True)])  # fmt: skip
+    assert outcome.runs[0].exit_code == 4
+    assert outcome.runs[0].stderr.strip().splitlines()[-1] == "denied"
+    assert "pulling layer 1" in capfd.readouterr().err
