@@ -94,7 +94,12 @@ def bench_host() -> Iterator[BenchHost]:
                     GPUJOB_REGISTRY=registry.ADDRESS,
                     GPUJOB_IMAGE_REPO="gpujob-lab/job",
                 )
-                yield BenchHost(host.address, ref, env, folder)
+                try:
+                    yield BenchHost(host.address, ref, env, folder)
+                finally:
+                    from launcher.remote.openssh import stop_masters
+
+                    stop_masters(folder / "state")
         finally:
             infra.lab.destroy_host(NAME)
 

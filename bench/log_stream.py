@@ -5,8 +5,10 @@ The job writes a training-like log inside its container (2 million lines of step
 learning rate, gradient norm and throughput, random digits: about 150 MB, which zlib level 1
 packs 3.5x, where the x-filled lines of earlier runs packed 19x); then the two
 readers alternate, each piped to this process, which counts bytes and checks both got the
-whole file. Usage (root, lab up): .venv/bin/python bench/log_stream.py [--rounds 5]
-[--lines 2000000]
+whole file. gpujob reads through its open connection to the host (OpenSSH's
+ControlPersist) with AES-GCM first; `ssh cat` opens one each time with OpenSSH's default
+cipher, and once more with AES-GCM.
+Usage (root, lab up): .venv/bin/python bench/log_stream.py [--rounds 5] [--lines 2000000]
 """
 
 from __future__ import annotations
@@ -63,16 +65,20 @@ def main() -> None:
                                   text=True).stdout)  # fmt: skip
         gpujob = [GPUJOB, "logs", "big"]
         cat = host.ssh(f"cat {path}")
-        times: dict[str, list[tuple[float, float]]] = {"gpujob": [], "cat": []}
+        gcm = [cat[0], "-c", "aes128-gcm@openssh.com", *cat[1:]]  # gpujob's first cipher
+        times: dict[str, list[tuple[float, float]]] = {"gpujob": [], "cat": [], "cat-gcm": []}
         for _ in range(rounds):
             times["cat"].append(read_all_s(cat, None, size))
             times["gpujob"].append(read_all_s(gpujob, host.env, size))
+            times["cat-gcm"].append(read_all_s(gcm, None, size))
     mb = size / 1e6
     for index, what in ((0, "whole command"),):
         med = {key: statistics.median(v[index] for v in values) for key, values in times.items()}
         for key in times:
             print(f"{what}: {key:6s} median {med[key]:.2f} s = {mb / med[key]:.0f} MB/s")
         print(f"{what}: ratio gpujob / ssh cat {med['cat'] / med['gpujob']:.2f} ({mb:.0f} MB)")
+        print(f"{what}: ratio gpujob / ssh -c aes128-gcm cat "
+              f"{med['cat-gcm'] / med['gpujob']:.2f} (the same cipher as gpujob's)")
 
 
 if __name__ == "__main__":

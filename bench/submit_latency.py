@@ -6,8 +6,11 @@ execs torchrun (the same event as the baseline's `echo`: the container runs and 
 The program's own first line comes after torchrun has imported torch; that time is shown
 too, beside a second baseline doing the same work over raw ssh + docker (torchrun starting
 a one-line program). All alternate, round by round, on one host that already has the
-image. `--delay-ms 25` puts the host 50 ms away (round trip) behind a delaying proxy, for
-both. Usage (root, lab up): .venv/bin/python bench/submit_latency.py [--delay-ms 25]
+image. gpujob's connection to the host stays open between its commands (OpenSSH's
+ControlPersist), as it does for a user; each round also times a submit that has to open
+it (the baseline opens one every time). `--delay-ms 25` puts the host 50 ms away (round
+trip) behind a delaying proxy, for both.
+Usage (root, lab up): .venv/bin/python bench/submit_latency.py [--delay-ms 25]
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from labhost import GPUJOB, BenchHost, bench_host, write_job
+
+from launcher.remote.openssh import stop_masters
 
 PROGRAM = "print('first line', flush=True)\n"
 
@@ -70,22 +76,29 @@ def main() -> None:
             'torch.distributed.run --standalone --nproc-per-node 1 /tmp/p.py"'
         )
         first_line_s(gpujob, host.env)  # first contact pins the key and ships the workdir
-        results: dict[str, list[float]] = {"gpujob": [], "program": [], "echo": [], "torchrun": []}
+        state = Path(host.env["GPUJOB_STATE_DIR"])
+        results: dict[str, list[float]] = {
+            "gpujob": [], "program": [], "cold": [], "echo": [], "torchrun": []
+        }  # fmt: skip
         for _ in range(rounds):
             results["echo"].append(first_line_s(echo)[0])
             first, program = first_line_s(gpujob, host.env, b"first line")
             results["gpujob"].append(first)
             results["program"].append(program)
+            stop_masters(state)  # the next submit opens the connection itself
+            results["cold"].append(first_line_s(gpujob, host.env)[0])
             results["torchrun"].append(first_line_s(torchrun)[0])
     med = {key: statistics.median(values) for key, values in results.items()}
     names = {"gpujob": "gpujob submit, the job's first line", "program": "gpujob submit, "
-             "the program's first line", "echo": "ssh host docker run IMAGE echo",
+             "the program's first line", "cold": "gpujob submit, first line, no connection yet",
+             "echo": "ssh host docker run IMAGE echo",
              "torchrun": "ssh host docker run IMAGE torchrun one-line.py"}  # fmt: skip
     for key, values in results.items():
         print(
             f"{names[key]:48s} median {med[key]:.2f} s  ({', '.join(f'{v:.2f}' for v in values)})"
         )
     print(f"ratio first line / ssh docker run echo:       {med['gpujob'] / med['echo']:.2f}")
+    print(f"  the same, no connection open yet:           {med['cold'] / med['echo']:.2f}")
     print(f"ratio program line / ssh docker run torchrun: {med['program'] / med['torchrun']:.2f}")
 
 

@@ -202,6 +202,7 @@ def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
     port = int(inst.ssh_port or 22)
     if fresh:
         KnownHosts(known_hosts_file()).forget(host_id(str(inst.ip), port))
+        _end_connection(inst)  # one to an earlier machine at this address
     entry = HostEntry(inst.name, str(inst.ip), port, inst.ssh_user, str(user_key()))
     conn = connect(entry)
     try:
@@ -324,5 +325,17 @@ def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) 
         return f"could not terminate {inst.name} ({inst.id}): {error.one_line()}"
     if db.host(inst.name) is not None:
         db.update(inst.name, status="terminated")
+    _end_connection(inst)
     click.echo(f"terminated {inst.name} ({provider.name} {inst.id}): {now.status}")
     return None
+
+
+def _end_connection(inst: Instance) -> None:
+    """End gpujob's master SSH connection to a host that is gone (it would wait out its
+    keepalives otherwise) or whose address now serves another machine."""
+    if not inst.ip:
+        return
+    from launcher.remote.openssh import Endpoint, stop_masters
+
+    port = int(inst.ssh_port or 22)
+    stop_masters(endpoints=[Endpoint(inst.name, str(inst.ip), port, inst.ssh_user, ())])

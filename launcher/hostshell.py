@@ -1,16 +1,13 @@
 """`gpujob ssh HOST [-- CMD]`: a command through the same SSHConnection jobs use, or a login.
 
-A login hands over to the real `ssh` client (a terminal is its job, not ours) with gpujob's
-pinned known_hosts and strict checking, after one SSHConnection has pinned or checked the key.
+A login hands over to the `ssh` client itself (a terminal is its job, not ours), with the
+same options as every command: gpujob's pins, strict checking, the host's master connection.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-
-from launcher.errors import GpujobError
 
 
 def ssh_command(on: str, command: list[str]) -> int:
@@ -27,14 +24,6 @@ def ssh_command(on: str, command: list[str]) -> int:
         conn.connect()
     finally:
         conn.close()
-    client = shutil.which("ssh")
-    if client is None:
-        raise GpujobError("no `ssh` client on PATH for a login", "give a command after `--`")
-    endpoint = conn.endpoint
-    argv = [client, "-p", str(endpoint.port), "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={ssh_hosts.known_hosts_file()}"]  # fmt: skip
-    for key in endpoint.keys:
-        if os.path.isfile(key):
-            argv += ["-i", key]
-    os.execv(client, [*argv, f"{endpoint.user}@{endpoint.address}"])
+    argv = [*conn.client.options(), "--", conn.endpoint.address]
+    os.execv(argv[0], argv)  # a login on the host's master connection, checked as every command
     return 0

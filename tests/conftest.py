@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,20 @@ class Result:
     exit_code: int
     stdout: str
     stderr: str
+
+
+@pytest.fixture(autouse=True)
+def _end_ssh_masters(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test's gpujob leaves master SSH connections for the next command, as it does for a
+    user; they end with the test (its state dir is `tmp_path/state` by convention)."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    state = request.getfixturevalue("tmp_path") / "state"
+    yield
+    from launcher.remote.openssh import stop_masters
+
+    stop_masters(state, forget=True)
 
 
 @pytest.fixture

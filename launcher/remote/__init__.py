@@ -1,2 +1,2 @@
-"""Connections to hosts (local now; SSH through fabric/paramiko next). The only place that
+"""Connections to hosts (this machine, or SSH through OpenSSH's client). The only place that
 runs commands on hosts or moves files to them."""

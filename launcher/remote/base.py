@@ -1,5 +1,5 @@
-"""One Connection interface for every host: run, put, sync, read a log. Nobody else touches
-paramiko or subprocess for host work (fabric's `Connection` shape)."""
+"""One Connection interface for every host: run, put, sync, read a log. Nobody else runs
+`ssh` or touches subprocess for host work (fabric's `Connection` shape)."""
 
 from __future__ import annotations
 

@@ -297,11 +297,12 @@ def _answer(pipe: Pipe, where: str, expect: str | None = None) -> dict:
 
 
 class ProcessPipe:
-    """The program run by this machine's Python: the local provider's host."""
+    """The program as a child process: this machine's Python (the local provider's host), or
+    `ssh` running it on a host (ssh.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, argv: list[str], stderr: int | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", HOST_PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
         )
 
     def send(self, data: bytes) -> None:
@@ -338,7 +339,7 @@ class ProcessPipe:
 
 
 def run_local(ops: list[Op]) -> Outcome:
-    pipe = ProcessPipe()
+    pipe = ProcessPipe([sys.executable, "-c", HOST_PROGRAM])
     try:
         return run_batch(ops, pipe, "this machine")
     finally:

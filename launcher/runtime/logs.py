@@ -77,8 +77,9 @@ _stop_requested: list[int] = []
 def stop_on_signals() -> Iterator[None]:
     """Ctrl-C, a closed terminal or a kill only raise a flag, which the stream checks between
     one read and the next: the bytes shown and the offset recorded never disagree, so the
-    next `logs -f` repeats nothing and misses nothing. (Blocking signals in this thread would
-    not do: paramiko's thread takes them.) A second Ctrl-C stops at once."""
+    next `logs -f` repeats nothing and misses nothing. (The `ssh` reading a log runs in a
+    session of its own, so a Ctrl-C at the terminal does not cut its read short.) A second
+    Ctrl-C stops at once."""
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in stops}
 

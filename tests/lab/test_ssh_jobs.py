@@ -1,4 +1,4 @@
-"""Jobs on an SSH host through the real CLI, real paramiko and a lab host's real sshd.
+"""Jobs on an SSH host through the real CLI, OpenSSH's client and a lab host's real sshd.
 
 The host runs the job bare, in an environment gpujob itself builds there from
 images/lab-cpu.yaml with the host's python3 (`python3 -m venv` + `pip install -r`), as on any
@@ -201,6 +201,47 @@ def test_a_changed_host_key_is_refused_with_both_fingerprints(
 def _fingerprint(pub: str) -> str:
     printed = subprocess.run(["ssh-keygen", "-lf", pub], capture_output=True, text=True)
     return printed.stdout.split()[1]
+
+
+def test_commands_share_one_connection_to_the_host_until_it_is_ended(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    """Three gpujob commands, one SSH connection (one sshd session process on the host); it
+    outlives them for the next command, and ending it leaves no process behind."""
+    from infra.fakes.lab_backend import children, comm
+    from infra.lab import state
+    from launcher.remote.openssh import stop_masters
+
+    listener = state.read_state()["hosts"][ssh_host.lab.name]["sshd"]["pid"]
+    before = set(children(listener))
+    for word in ("one", "two", "three"):
+        done = gpujob(env, "ssh", "lab", "--", "echo", word)
+        assert (done.returncode, done.stdout) == (0, f"{word}\n".encode()), done.stderr
+    sessions = [p for p in children(listener) if p not in before and comm(p).startswith("sshd")]
+    assert len(sessions) == 1, sessions
+    masters = _masters(tmp_path / "state")
+    assert len(masters) == 1
+
+    assert stop_masters(tmp_path / "state") == 1
+    wait_for(lambda: not any(alive(pid) for pid in (*masters, *sessions)), timeout=10)
+
+
+def _masters(state: Path) -> list[int]:
+    """This machine's `ssh` processes whose control socket is in the state dir's folder (a
+    master's title is `ssh: SOCKET [mux]`)."""
+    from launcher.remote.openssh import control_dir
+
+    folder = str(control_dir(state)).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            named = (entry / "comm").read_text().strip()
+            argv = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            continue
+        if named == "ssh" and folder in argv:
+            found.append(int(entry.name))
+    return found
 
 
 def test_a_refused_connection_is_retried_until_sshd_starts(

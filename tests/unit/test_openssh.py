@@ -1,0 +1,76 @@
+"""The `ssh` argv gpujob runs, where its master connections live, and how ssh's own failures
+are told from a remote command's (the lab tests run them against real sshd)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import GpujobError
+from launcher.remote.openssh import (
+    Client,
+    Endpoint,
+    control_dir,
+    socket_path,
+    ssh_failure,
+    stop_masters,
+)
+
+ENDPOINT = Endpoint("gpu", "198.51.100.4", 2200, "ubuntu", ("/absent/key",))
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return tmp_path / "tmp"
+
+
+def test_the_remote_command_is_one_argument_after_the_host(tmp_path: Path) -> None:
+    remote = shlex.join(["echo", "a b; rm -rf /", "$HOME"])
+    argv = Client(ENDPOINT, tmp_path / "pins file", tmp_path / "sock").command(remote)
+    assert argv[-3:] == ["--", "198.51.100.4", remote]
+    options = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-o")
+    assert options["StrictHostKeyChecking"] == "yes"
+    assert options["BatchMode"] == "yes"
+    assert options["UserKnownHostsFile"] == f'"{tmp_path / "pins file"}"'
+    assert options["ControlMaster"] == "auto" and options["ControlPath"] == str(tmp_path / "sock")
+    assert argv[argv.index("-p") + 1] == "2200" and argv[argv.index("-l") + 1] == "ubuntu"
+    assert argv[1:3] == ["-F", os.devnull]  # nothing in ~/.ssh/config loosens the checks
+    assert "-i" not in argv  # a key file that is not there is not offered
+
+
+def test_ssh_failures_are_told_from_a_remote_commands_exit_255() -> None:
+    assert ssh_failure(255, b"client_loop: send disconnect: Broken pipe\n") is not None
+    assert ssh_failure(255, b"ssh: connect to host 10.0.0.2 port 22: Connection refused\n")
+    assert ssh_failure(255, "mux_client_read_packet: read header failed: Broken pipe")
+    assert ssh_failure(255, b"my program gave up\n") is None
+    assert ssh_failure(1, b"ssh: connect to host x port 22: Connection refused\n") is None
+
+
+def test_masters_live_in_a_private_folder_per_state_dir(private_tmp: Path) -> None:
+    long_state = Path("/very/long/state/dir/" + "x" * 200)
+    one, other = control_dir(long_state), control_dir(Path("/another/state"))
+    assert one != other and one.parent == other.parent == private_tmp / f"gpujob-{os.getuid()}"
+    assert one.stat().st_mode & 0o777 == 0o700 and one.parent.stat().st_mode & 0o777 == 0o700
+    assert len(str(socket_path(ENDPOINT, long_state))) < 108  # a unix socket path's limit
+
+
+def test_a_planted_control_folder_is_refused(private_tmp: Path) -> None:
+    elsewhere = private_tmp / "elsewhere"
+    elsewhere.mkdir()
+    (private_tmp / f"gpujob-{os.getuid()}").symlink_to(elsewhere)
+    with pytest.raises(GpujobError, match="not a folder of this user's"):
+        control_dir(Path("/state"))
+
+
+def test_stopping_the_masters_of_a_state_dir_that_made_none_creates_nothing(
+    private_tmp: Path,
+) -> None:
+    assert stop_masters(Path("/state"), forget=True) == 0
+    assert list(private_tmp.iterdir()) == []
