@@ -97,9 +97,11 @@ def bench_host() -> Iterator[BenchHost]:
                 try:
                     yield BenchHost(host.address, ref, env, folder)
                 finally:
+                    from launcher import resident
                     from launcher.remote.openssh import stop_masters
 
-                    stop_masters(folder / "state")
+                    resident.stop(folder / "state")
+                    stop_masters(folder / "state", forget=True)
         finally:
             infra.lab.destroy_host(NAME)
 

@@ -20,16 +20,19 @@ class Result:
 
 
 @pytest.fixture(autouse=True)
-def _end_ssh_masters(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test's gpujob leaves master SSH connections for the next command, as it does for a
-    user; they end with the test (its state dir is `tmp_path/state` by convention)."""
+def _end_live_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test's gpujob leaves master SSH connections and a resident process for the next
+    command, as it does for a user; they end with the test (its state dir is
+    `tmp_path/state` by convention)."""
     if "tmp_path" not in request.fixturenames:
         yield
         return
     state = request.getfixturevalue("tmp_path") / "state"
     yield
+    from launcher import resident
     from launcher.remote.openssh import stop_masters
 
+    resident.stop(state)
     stop_masters(state, forget=True)
 
 

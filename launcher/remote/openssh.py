@@ -4,8 +4,7 @@ paramiko handled every 32 KiB packet in Python (a big log streamed at half the r
 `ssh host cat`) and each gpujob command paid a full handshake, most of a quick submit.
 OpenSSH's ControlMaster keeps one authenticated connection per host for PERSIST_S after its
 last use, and each command is a new channel on it: a few milliseconds (SkyPilot's command
-runner does the same). The sockets live in a short private folder per state dir: a socket
-path is at most 108 bytes, and two state dirs (two sets of pinned keys) never share one.
+runner does the same). The sockets live in the state dir's private folder (rundir.py).
 
 Every option is given on the command line with `-F /dev/null`: the user's ~/.ssh/config is
 read once, by `ssh -G`, for where to connect and as whom (resolve_endpoint), and nothing in
@@ -132,30 +131,10 @@ def _local_user() -> str:
 
 
 def control_dir(state: Path | None = None) -> Path:
-    """`$TMPDIR/gpujob-UID/TAG`, TAG naming the state dir; both folders private to the user
-    (a socket there is a logged-in connection). Refuses a folder someone else planted."""
-    where = _control_dir_path(state)
-    for folder in (where.parent, where):
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-        facts = folder.lstat()
-        if facts.st_uid != os.getuid() or not folder.is_dir() or folder.is_symlink():
-            raise GpujobError(
-                f"{folder} is not a folder of this user's; it would hold SSH connections",
-                "remove it, or set TMPDIR to a private folder",
-            )
-        if facts.st_mode & 0o077:
-            folder.chmod(0o700)
-    return where
+    """Where the masters' sockets live (rundir.py: short, private, one per state dir)."""
+    from launcher.rundir import run_dir
 
-
-def _control_dir_path(state: Path | None) -> Path:
-    if state is None:
-        from launcher.state.db import state_dir
-
-        state = state_dir()
-    tag = hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"gpujob-{os.getuid()}" / tag
+    return run_dir(state)
 
 
 def socket_path(endpoint: Endpoint, state: Path | None = None) -> Path:
@@ -270,11 +249,13 @@ def stop_masters(
     """End the master connections of a state dir (all, or those of `endpoints`): a host that
     is gone, or a test that is over; with `forget`, the folder goes too. Returns how many
     were running."""
-    folder = _control_dir_path(state)
-    if not folder.is_dir():
+    from launcher.rundir import existing_run_dir
+
+    folder = existing_run_dir(state)
+    if folder is None:
         return 0
     if endpoints is None:
-        sockets = [p for p in folder.iterdir() if not p.name.endswith(".lock")]
+        sockets = [p for p in folder.iterdir() if p.suffix not in (".lock", ".sock", ".pid")]
     else:
         sockets = [socket_path(e, state) for e in endpoints]
     stopped = 0

@@ -8,7 +8,6 @@ Standard library only: `gpujob status` must start fast.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -43,12 +42,9 @@ CREATE TABLE IF NOT EXISTS log_offsets (
 
 def state_dir() -> Path:
     """`GPUJOB_STATE_DIR`, else the platform's user state dir (platformdirs)."""
-    override = os.environ.get("GPUJOB_STATE_DIR")
-    if override:
-        return Path(override)
-    from platformdirs import user_state_dir
+    from launcher.rundir import state_path
 
-    return Path(user_state_dir("gpujob"))
+    return state_path()
 
 
 @dataclass(frozen=True)
