@@ -35,16 +35,22 @@ if [ -f /.dockerenv ]; then
     fi
   done
 fi
+images=$(mktemp)
+if command -v docker >/dev/null 2>&1; then
+  docker image ls --format '{{.Repository}}:{{.Tag}}' >"$images" 2>/dev/null &
+fi
 py=$(command -v python3 || true)
 echo "python=$py"
 if [ -n "$py" ]; then
   echo "version=$("$py" -c 'import sys; print(*sys.version_info[:2], sep=".")')"
 fi
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+if wait $! 2>/dev/null && command -v docker >/dev/null 2>&1; then
   echo docker=1
+  sed 's/^/image=/' "$images"
 else
   echo docker=0
 fi
+rm -f "$images"
 echo "gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
 echo "memlock=$(ulimit -Hl)"
 at="$HOME/.gpujob/jobs"
@@ -65,6 +71,9 @@ class HostFacts:
     free_bytes: int | None = None
     """Free space where the job folders go (the nearest folder of ~/.gpujob/jobs there is)."""
     free_at: str = ""
+    images: frozenset[str] = frozenset()
+    """The images Docker has there (`REPOSITORY:TAG`): a job's that is among them is not
+    looked for again before its start."""
 
 
 @dataclass
@@ -135,7 +144,8 @@ class EarlyContact:
 
 def host_facts(conn: Any) -> HostFacts:
     result = conn.run(["sh", "-c", FACTS_SCRIPT])
-    facts = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    lines = [line.split("=", 1) for line in result.stdout.splitlines() if "=" in line]
+    facts = dict(lines)
     if not result.ok or not facts.get("python") or not facts.get("version"):
         raise GpujobError(
             f"{conn.host}: cannot read the host's facts (exit {result.exit_code}): "
@@ -152,6 +162,7 @@ def host_facts(conn: Any) -> HostFacts:
         memlock_unlimited=facts.get("memlock", "unlimited").strip() == "unlimited",
         free_bytes=int(free) * 1024 if free.isdigit() else None,
         free_at=facts.get("free_at", "").strip(),
+        images=frozenset(value for key, value in lines if key == "image"),
     )
 
 
@@ -284,6 +295,7 @@ def _target(
         env_root=f"{head.home}/.cache/gpujob/envs",
         gpus_per_node=spec.resources.gpus_per_node,
         image_ref=ref if use_docker else None,
+        image_present=use_docker and all(ref in f.images for f in facts.values()),
         host_gpus=min(f.gpus for f in facts.values()),
         raise_memlock=all(f.memlock_unlimited for f in facts.values()),
     )

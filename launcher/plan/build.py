@@ -224,7 +224,8 @@ def _node_plan(
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
         if target.runtime == "docker":
-            prepare.append(docker.pull_step(target))
+            if not target.image_present:
+                prepare.append(docker.pull_step(target))
         elif image is not None:
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))

@@ -72,6 +72,7 @@ class Target:
     image_ref: str | None = None
     host_gpus: int = 0
     raise_memlock: bool = True  # False where the host cannot lift RLIMIT_MEMLOCK (no CAP)
+    image_present: bool = False  # every host has the image (its facts said): no pull step
 
     @property
     def distinct_hosts(self) -> list[str]:

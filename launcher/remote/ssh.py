@@ -58,6 +58,9 @@ class SSHConnection:
             from launcher.remote.first_contact import check_host_key
 
             check_host_key(self.endpoint, self.known_hosts)
+        elif self.client.control.is_socket():
+            self._ready = True  # an earlier command's master (a dead one's socket is replaced
+            return  # by the next command's own: ControlMaster=auto)
         said = self.client.start_master()
         if said is not None:
             raise self._explain(said)

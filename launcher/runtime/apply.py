@@ -139,10 +139,11 @@ def _prepare(
             hint = "check the free space on the host: `gpujob doctor HOST`"
             commands.append(_Command("copy the workdir into the job folder", copy, hint))
         elif isinstance(step, RunCommand) and (with_start or not step.starts_job):
-            ops.append(Run(step.argv, stream=not step.starts_job))
-            commands.append(_Command(step.why, step.argv))
-    if with_start and read_first:
-        ops.append(Run(_agent_argv(node, "read", node.node_dir, "0", str(FIRST_READ_WAIT_S))))
+            argv = step.argv
+            if step.starts_job and read_first:  # the start then reads the log's first bytes
+                argv = (*argv, str(FIRST_READ_WAIT_S))
+            ops.append(Run(argv, stream=not step.starts_job))
+            commands.append(_Command(step.why, argv))
     try:
         outcome = conn.batch(ops)
     except GpujobError as err:
@@ -163,9 +164,9 @@ def _prepare(
 
 
 def _first_read(outcome: Outcome) -> FirstRead | None:
-    """The read's bytes and the status the agent gave with them (its last stderr line),
-    when it ran and answered as the agent does; else the follow reads from byte 0 itself."""
-    if len(outcome.runs) < 2 or not outcome.runs[-1].ok:
+    """The bytes the start read and the status the agent gave with them (its last stderr
+    line), when it answered as the agent does; else the follow reads from byte 0 itself."""
+    if not outcome.runs or not outcome.runs[-1].ok:
         return None
     lines = outcome.runs[-1].stderr.strip().splitlines()
     try:

@@ -53,11 +53,15 @@ def test_memlock_is_raised_only_where_the_host_can() -> None:
     assert "memlock=-1" not in docker_argv(plan_of(spec_of(), replace(one, raise_memlock=False)))
 
 
-def test_docker_pulls_once_per_host_before_any_start() -> None:
+def test_docker_pulls_once_per_host_before_any_start_unless_the_hosts_have_it() -> None:
     plan = plan_of(spec_of(nodes=2), replace(DOCKER_TWO, hosts=("a", "a")))
     pulls = [s for n in plan.nodes for s in n.steps
              if isinstance(s, RunCommand) and "docker pull" in s.argv[-1]]  # fmt: skip
     assert len(pulls) == 1 and IMAGE in pulls[0].argv[-1]
+    there = plan_of(spec_of(nodes=2), replace(DOCKER_TWO, hosts=("a", "a"), image_present=True))
+    assert [s.why for n in there.nodes for s in n.steps if isinstance(s, RunCommand)] == [
+        "start the job detached under the agent"
+    ] * 2  # no pull, and no environment built: the image is the environment
 
 
 def test_secrets_go_in_a_0600_env_file_that_the_dry_run_masks() -> None:
