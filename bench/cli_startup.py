@@ -1,4 +1,5 @@
-"""CLI start-up: `gpujob --help` and `gpujob status` against `python -c pass` of the same venv.
+"""CLI start-up: `gpujob --help` and `gpujob status` against `python -c pass` of the same venv;
+`status` as served by the resident gpujob and in a process of its own (GPUJOB_RESIDENT=0).
 
 Runs are interleaved (baseline, help, status, baseline, ...) so load on the machine hits all
 three alike; medians of N runs; ratios printed. Also lists which heavy modules each command
@@ -49,21 +50,28 @@ def main() -> None:
         "python -c pass": [python, "-c", "pass"],
         "gpujob --help": [gpujob, "--help"],
         "gpujob status": [gpujob, "status"],
+        "status, not resident": [gpujob, "status"],
     }
-    for argv in commands.values():
-        timed(argv, env)  # warm the page cache and .pyc files
+    alone = dict(env, GPUJOB_RESIDENT="0")
+    envs = {name: alone if "not resident" in name else env for name in commands}
+    for name, argv in commands.items():
+        timed(argv, envs[name])  # warm the page cache and .pyc files; start the resident one
+    time.sleep(2)  # its imports done
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(args.runs):
         for name, argv in commands.items():
-            times[name].append(timed(argv, env))
+            times[name].append(timed(argv, envs[name]))
     base = statistics.median(times["python -c pass"])
     print(f"interpreter: {python} (the venv's, not the PATH shim); median of {args.runs} runs")
     for name, samples in times.items():
         median = statistics.median(samples)
-        print(f"{name:16s} {median * 1000:7.1f} ms   {median / base:5.1f}x")
+        print(f"{name:22s} {median * 1000:7.1f} ms   {median / base:5.1f}x")
     for name, cli_args in (("--help", ["--help"]), ("status", ["status"])):
         found = heavy_imports(python, cli_args, env)
         print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
+    from launcher import resident
+
+    resident.stop(Path(env["GPUJOB_STATE_DIR"]))
 
 
 if __name__ == "__main__":

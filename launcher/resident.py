@@ -67,7 +67,11 @@ def hand_over(argv: list[str]) -> int | None:
         _start_server(path)
         return None
     with client:
-        return _run_remotely(client, argv)
+        try:
+            return _run_remotely(client, argv)
+        except KeyboardInterrupt:  # before the child was there to pass it to
+            sys.stderr.write("gpujob: interrupted\n")
+            return 130
 
 
 def _run_remotely(client: socket.socket, argv: list[str]) -> int | None:
@@ -310,6 +314,11 @@ def _run_command(argv: list[str]) -> int:
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException:  # a bug: its traceback, as the command in its own process shows it
+        import traceback
+
+        traceback.print_exc()
+        code = 1
     atexit._run_exitfuncs()
     return code
 

@@ -61,7 +61,10 @@ def test_spec_and_plan_import_nothing_that_does_io(path: Path) -> None:
 
 def test_the_cli_starts_without_heavy_imports() -> None:
     heavy = ["pydantic", "jinja2", "yaml", "paramiko", "fabric", "boto3", "docker", "requests"]
-    probe = f"import sys, launcher.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    probe = (
+        "import sys, launcher.cli, launcher.commands, launcher.resident; "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True
     )
