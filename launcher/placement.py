@@ -35,7 +35,7 @@ if [ -f /.dockerenv ]; then
     fi
   done
 fi
-images=$(mktemp)
+images=$(mktemp 2>/dev/null) || images=/dev/null  # no list then: the pull check stays
 if command -v docker >/dev/null 2>&1; then
   docker image ls --format '{{.Repository}}:{{.Tag}}' >"$images" 2>/dev/null &
 fi
@@ -50,7 +50,7 @@ if wait $! 2>/dev/null && command -v docker >/dev/null 2>&1; then
 else
   echo docker=0
 fi
-rm -f "$images"
+[ "$images" = /dev/null ] || rm -f "$images"
 echo "gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
 echo "memlock=$(ulimit -Hl)"
 at="$HOME/.gpujob/jobs"

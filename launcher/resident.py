@@ -46,10 +46,10 @@ def eligible(argv: list[str]) -> bool:
     """Commands that never read the terminal: `--up` may ask before it rents, `--debug`
     wants the traceback of a process of its own."""
     return (
-        bool(argv)
+        sys.platform.startswith("linux")  # SO_PEERCRED, /proc
+        and bool(argv)
         and argv[0] in COMMANDS
-        and "--up" not in argv
-        and "--debug" not in argv
+        and not any(a == "--debug" or a.startswith("--up") for a in argv)
         and os.environ.get("GPUJOB_RESIDENT", "1") != "0"
     )
 
@@ -59,7 +59,12 @@ def hand_over(argv: list[str]) -> int | None:
     no resident process to run it (one is started for the next command)."""
     if not eligible(argv):
         return None
-    path = socket_path()
+    from launcher.errors import GpujobError
+
+    try:
+        path = socket_path()
+    except (GpujobError, OSError):  # no private folder for it: the command runs here
+        return None
     try:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.connect(str(path))
@@ -78,10 +83,13 @@ def _run_remotely(client: socket.socket, argv: list[str]) -> int | None:
     import resource
 
     limits = {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS}
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a folder deleted under the shell: the command runs here, and says so
+        return None
     request = json.dumps(
-        {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "umask": _umask(),
-         "limits": limits}
-    ).encode()  # fmt: skip
+        {"argv": argv, "env": dict(os.environ), "cwd": cwd, "umask": _umask(), "limits": limits}
+    ).encode()
     try:
         socket.send_fds(client, [struct.pack("!I", len(request)) + request], [0, 1, 2])
         pid = int(_read_message(client)["pid"])
@@ -90,12 +98,29 @@ def _run_remotely(client: socket.socket, argv: list[str]) -> int | None:
     forwarded: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        """To the child's process group, as the terminal would have sent it to ours (its
+        `ssh` and helpers included; a log read's `ssh` has a session of its own)."""
         forwarded.append(signum)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+            os.killpg(pid, signum)
+
+    def suspend(_signum: int, _frame: object) -> None:
+        """Ctrl-Z: the child's group stops with us (SIGSTOP: a stop signal sent to a group
+        whose parent is gone would be dropped), and goes on when we do."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)
+        signal.signal(signal.SIGTSTP, suspend)
+
+    def resume(_signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    signal.signal(signal.SIGTSTP, suspend)
+    signal.signal(signal.SIGCONT, resume)
     try:
         answer = _read_message(client)
     except (OSError, ValueError):
@@ -145,8 +170,14 @@ def socket_path() -> Path:
 
 
 def code_version() -> str:
-    """A hash of this Python and of gpujob's files as they are on disk now."""
+    """A hash of this Python, of its import folders (a package installed or upgraded
+    changes its folder) and of gpujob's files, as they are on disk now."""
     digest = hashlib.sha1(f"{os.path.realpath(sys.prefix)} {sys.version} {PACKAGE}".encode())
+    for entry in sys.path:
+        if entry.endswith(("site-packages", "dist-packages")):
+            with contextlib.suppress(OSError):
+                real = os.path.realpath(entry)
+                digest.update(f"{real} {os.stat(real).st_mtime_ns}".encode())
     for folder, _, names in sorted(os.walk(PACKAGE)):
         for name in sorted(names):
             if name.endswith((".py", ".j2", ".sh")):
@@ -158,9 +189,9 @@ def code_version() -> str:
 def _start_server(path: Path) -> None:
     with contextlib.suppress(OSError):
         subprocess.Popen(
-            [sys.executable, "-m", "launcher.resident", str(path)],
+            [sys.executable, "-P", "-m", "launcher.resident", str(path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, cwd="/",
         )  # fmt: skip
 
 
@@ -267,7 +298,10 @@ def _child(conn: socket.socket) -> None:
         size = struct.unpack("!I", message[:4])[0]
         body = message[4:]
         while len(body) < size:
-            body += conn.recv(size - len(body))
+            more = conn.recv(size - len(body))
+            if not more:
+                raise ConnectionError("the client went away mid-request")
+            body += more
         request = json.loads(body)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)

@@ -28,9 +28,17 @@ def state_path() -> Path:
     return Path(user_state_dir("gpujob"))
 
 
+SOCKET_NAME_ROOM = 60  # a socket's name (17 bytes) and ssh's temporary suffix, with room
+SOCKET_PATH_MAX = 104  # the least of Linux's 108 and the BSDs' 104
+
+
 def run_dir_path(state: Path | None = None) -> Path:
+    """Under $TMPDIR, or /tmp where $TMPDIR is too long for a socket path (macOS's is)."""
     tag = hashlib.sha1(str((state or state_path()).resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"gpujob-{os.getuid()}" / tag
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) + len(f"/gpujob-{os.getuid()}/{tag}") + SOCKET_NAME_ROOM > SOCKET_PATH_MAX:
+        base = Path("/tmp")
+    return base / f"gpujob-{os.getuid()}" / tag
 
 
 def existing_run_dir(state: Path | None = None) -> Path | None:

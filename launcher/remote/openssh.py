@@ -62,6 +62,9 @@ class Endpoint:
     port: int
     user: str
     keys: tuple[str, ...]
+    explicit_key: bool = False
+    """The key was named (hosts.yaml `key:`, the key `up` registered): only it is offered,
+    not also every key an ssh-agent holds."""
 
     @property
     def host_id(self) -> str:
@@ -103,8 +106,11 @@ def resolve_endpoint(
         stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
+        said = done.stderr.strip()[-300:]
+        if config == os.devnull or "hostname" in said:
+            raise UsageError(f"host {alias!r}: {said}", "give a host name or user@address")
         raise UsageError(
-            f"{config}: ssh cannot read it for {alias}: {done.stderr.strip()[-300:]}",
+            f"{config}: ssh cannot read it for {alias}: {said}",
             "fix that line, or point GPUJOB_SSH_CONFIG at another file",
         )
     found: dict[str, list[str]] = {}
@@ -118,6 +124,7 @@ def resolve_endpoint(
         port=int(port or found.get("port", ["22"])[0]),
         user=user or found.get("user", [""])[0] or _local_user(),
         keys=tuple(os.path.expanduser(k) for k in keys),
+        explicit_key=bool(key),
     )
 
 
@@ -178,10 +185,10 @@ class Client:
         for name, value in settings.items():
             argv += ["-o", f"{name}={value}"]
         keys = [k for k in e.keys if os.path.isfile(k)]
-        if keys:
+        if keys and e.explicit_key:
             argv += ["-o", "IdentitiesOnly=yes"]
-            for key in keys:
-                argv += ["-i", key]
+        for key in keys:
+            argv += ["-i", key]
         return argv
 
     def command(self, remote: str, *flags: str) -> list[str]:
@@ -210,6 +217,9 @@ class Client:
             deadline = time.monotonic() + REFUSED_PATIENCE_S
             pause = 0.2
             while not self.master_alive():
+                # `-M` does not replace a dead master's socket: it would run on as a plain
+                # connection nobody can use, and never end
+                self.control.unlink(missing_ok=True)
                 said = self._spawn_master()
                 if said is None:
                     return None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +26,13 @@ ENDPOINT = Endpoint("gpu", "198.51.100.4", 2200, "ubuntu", ("/absent/key",))
 
 
 @pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short TMPDIR of its own (a long one is not used for sockets: see below)."""
+    short = Path(tempfile.mkdtemp(prefix="gjt", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(short))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    return tmp_path / "tmp"
+    yield short
+    shutil.rmtree(short)
 
 
 def test_the_remote_command_is_one_argument_after_the_host(tmp_path: Path) -> None:
@@ -74,3 +78,25 @@ def test_stopping_the_masters_of_a_state_dir_that_made_none_creates_nothing(
 ) -> None:
     assert stop_masters(Path("/state"), forget=True) == 0
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_tmpdir_too_long_for_a_socket_path_gives_way_to_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_tmp = tmp_path / ("t" * 60)
+    long_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    from launcher.rundir import run_dir_path
+
+    assert run_dir_path(Path("/state")).parent == Path(f"/tmp/gpujob-{os.getuid()}")
+
+
+def test_only_a_named_key_shuts_out_the_agents_keys(tmp_path: Path) -> None:
+    key = tmp_path / "id_test"
+    key.write_text("not read here")
+    for explicit in (True, False):
+        endpoint = Endpoint("h", "192.0.2.1", 22, "root", (str(key),), explicit_key=explicit)
+        argv = Client(endpoint, tmp_path / "pins", tmp_path / "sock").command("true")
+        assert argv[argv.index("-i") + 1] == str(key)
+        assert ("IdentitiesOnly=yes" in argv) is explicit
