@@ -70,8 +70,10 @@ def main() -> None:
         found = heavy_imports(python, cli_args, env)
         print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
     from launcher import resident
+    from launcher.remote.openssh import stop_masters
 
     resident.stop(Path(env["GPUJOB_STATE_DIR"]))
+    stop_masters(Path(env["GPUJOB_STATE_DIR"]), forget=True)  # and the folder
 
 
 if __name__ == "__main__":
