@@ -69,11 +69,9 @@ def main() -> None:
     for name, cli_args in (("--help", ["--help"]), ("status", ["status"])):
         found = heavy_imports(python, cli_args, env)
         print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
-    from launcher import resident
-    from launcher.remote.openssh import stop_masters
+    from launcher.rundir import close
 
-    resident.stop(Path(env["GPUJOB_STATE_DIR"]))
-    stop_masters(Path(env["GPUJOB_STATE_DIR"]), forget=True)  # and the folder
+    close(Path(env["GPUJOB_STATE_DIR"]))  # the resident gpujob it started, and its folder
 
 
 if __name__ == "__main__":

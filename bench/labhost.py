@@ -97,11 +97,9 @@ def bench_host() -> Iterator[BenchHost]:
                 try:
                     yield BenchHost(host.address, ref, env, folder)
                 finally:
-                    from launcher import resident
-                    from launcher.remote.openssh import stop_masters
+                    from launcher.rundir import close
 
-                    resident.stop(folder / "state")
-                    stop_masters(folder / "state", forget=True)
+                    close(folder / "state")
         finally:
             infra.lab.destroy_host(NAME)
 

@@ -26,9 +26,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.cli import RESIDENT_COMMANDS
+
 IDLE_S = 900
 WAKE_S = 5  # how often an idle one checks that it is still wanted
-COMMANDS = ("submit", "logs", "status", "cancel")
 PRELOAD = (
     "launcher.commands", "launcher.jobs", "launcher.joblogs", "launcher.jobstatus",
     "launcher.spec.load", "launcher.spec.image", "launcher.plan.build", "launcher.plan.show",
@@ -48,7 +49,7 @@ def eligible(argv: list[str]) -> bool:
     return (
         sys.platform.startswith("linux")  # SO_PEERCRED, /proc
         and bool(argv)
-        and argv[0] in COMMANDS
+        and argv[0] in RESIDENT_COMMANDS
         and not any(a == "--debug" or a.startswith("--up") for a in argv)
         and os.environ.get("GPUJOB_RESIDENT", "1") != "0"
     )
@@ -297,11 +298,7 @@ def _child(conn: socket.socket) -> None:
         message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         size = struct.unpack("!I", message[:4])[0]
         body = message[4:]
-        while len(body) < size:
-            more = conn.recv(size - len(body))
-            if not more:
-                raise ConnectionError("the client went away mid-request")
-            body += more
+        body += _read_exactly(conn, size - len(body))  # what the first read did not hold
         request = json.loads(body)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)

@@ -61,3 +61,18 @@ def run_dir(state: Path | None = None) -> Path:
         if facts.st_mode & 0o077:
             folder.chmod(0o700)
     return where
+
+
+def close(state: Path | None = None) -> int:
+    """End what a state dir left running (its resident gpujob, its SSH masters) and remove
+    its folder: the end of a test or a bench. Returns how many processes were ended."""
+    import shutil
+
+    from launcher import resident
+    from launcher.remote.openssh import stop_masters
+
+    ended = resident.stop(state) + stop_masters(state)
+    folder = existing_run_dir(state)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return ended

@@ -29,11 +29,9 @@ def _end_live_processes(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     state = request.getfixturevalue("tmp_path") / "state"
     yield
-    from launcher import resident
-    from launcher.remote.openssh import stop_masters
+    from launcher.rundir import close
 
-    resident.stop(state)
-    stop_masters(state, forget=True)
+    close(state)
 
 
 @pytest.fixture

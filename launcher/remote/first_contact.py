@@ -13,14 +13,12 @@ import socket
 from typing import TYPE_CHECKING
 
 from launcher.errors import GpujobError
+from launcher.remote.openssh import CONNECT_TIMEOUT_S, REFUSED_PATIENCE_S
 from launcher.remote.paramiko_loader import load_paramiko
 
 if TYPE_CHECKING:
     from launcher.remote.hostkeys import KnownHosts
     from launcher.remote.openssh import Endpoint
-
-CONNECT_TIMEOUT_S = 10
-REFUSED_PATIENCE_S = 60
 
 
 def check_host_key(endpoint: Endpoint, known_hosts: KnownHosts) -> bool:

@@ -137,16 +137,11 @@ def _local_user() -> str:
 # -- where the masters live ------------------------------------------------------------------
 
 
-def control_dir(state: Path | None = None) -> Path:
-    """Where the masters' sockets live (rundir.py: short, private, one per state dir)."""
-    from launcher.rundir import run_dir
-
-    return run_dir(state)
-
-
 def socket_path(endpoint: Endpoint, state: Path | None = None) -> Path:
     name = f"{endpoint.user}@{endpoint.address}:{endpoint.port}"
-    return control_dir(state) / hashlib.sha1(name.encode()).hexdigest()[:16]
+    from launcher.rundir import run_dir
+
+    return run_dir(state) / hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
 def _option_path(path: Path) -> str:
@@ -253,12 +248,9 @@ def ssh_failure(code: int, stderr: bytes | str) -> str | None:
     return None
 
 
-def stop_masters(
-    state: Path | None = None, endpoints: Iterable[Endpoint] | None = None, *, forget: bool = False
-) -> int:
+def stop_masters(state: Path | None = None, endpoints: Iterable[Endpoint] | None = None) -> int:
     """End the master connections of a state dir (all, or those of `endpoints`): a host that
-    is gone, or a test that is over; with `forget`, the folder goes too. Returns how many
-    were running."""
+    is gone, or a test that is over (rundir.close). Returns how many were running."""
     from launcher.rundir import existing_run_dir
 
     folder = existing_run_dir(state)
@@ -280,8 +272,6 @@ def stop_masters(
         stopped += done.returncode == 0
         with contextlib.suppress(FileNotFoundError):
             sock.with_name(f"{sock.name}.lock").unlink()
-    if forget:
-        shutil.rmtree(folder, ignore_errors=True)
     return stopped
 
 

@@ -91,7 +91,7 @@ class SSHConnection:
 
     def close(self) -> None:
         """The master stays, for the next command (`gpujob down` ends it with the host)."""
-        self._ready = False
+        self._drop()
 
     # -- commands ---------------------------------------------------------------------------
 

@@ -229,9 +229,9 @@ def test_commands_share_one_connection_to_the_host_until_it_is_ended(
 def _masters(state: Path) -> list[int]:
     """This machine's `ssh` processes whose control socket is in the state dir's folder (a
     master's title is `ssh: SOCKET [mux]`)."""
-    from launcher.remote.openssh import control_dir
+    from launcher.rundir import run_dir
 
-    folder = str(control_dir(state)).encode()
+    folder = str(run_dir(state)).encode()
     found = []
     for entry in Path("/proc").iterdir():
         try:

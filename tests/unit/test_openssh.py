@@ -16,11 +16,10 @@ from launcher.errors import GpujobError
 from launcher.remote.openssh import (
     Client,
     Endpoint,
-    control_dir,
     socket_path,
     ssh_failure,
-    stop_masters,
 )
+from launcher.rundir import close, run_dir
 
 ENDPOINT = Endpoint("gpu", "198.51.100.4", 2200, "ubuntu", ("/absent/key",))
 
@@ -59,7 +58,7 @@ def test_ssh_failures_are_told_from_a_remote_commands_exit_255() -> None:
 
 def test_masters_live_in_a_private_folder_per_state_dir(private_tmp: Path) -> None:
     long_state = Path("/very/long/state/dir/" + "x" * 200)
-    one, other = control_dir(long_state), control_dir(Path("/another/state"))
+    one, other = run_dir(long_state), run_dir(Path("/another/state"))
     assert one != other and one.parent == other.parent == private_tmp / f"gpujob-{os.getuid()}"
     assert one.stat().st_mode & 0o777 == 0o700 and one.parent.stat().st_mode & 0o777 == 0o700
     assert len(str(socket_path(ENDPOINT, long_state))) < 108  # a unix socket path's limit
@@ -70,13 +69,13 @@ def test_a_planted_control_folder_is_refused(private_tmp: Path) -> None:
     elsewhere.mkdir()
     (private_tmp / f"gpujob-{os.getuid()}").symlink_to(elsewhere)
     with pytest.raises(GpujobError, match="not a folder of this user's"):
-        control_dir(Path("/state"))
+        run_dir(Path("/state"))
 
 
 def test_stopping_the_masters_of_a_state_dir_that_made_none_creates_nothing(
     private_tmp: Path,
 ) -> None:
-    assert stop_masters(Path("/state"), forget=True) == 0
+    assert close(Path("/state")) == 0
     assert list(private_tmp.iterdir()) == []
 
 
