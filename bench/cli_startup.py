@@ -69,7 +69,7 @@ def main() -> None:
     for name, cli_args in (("--help", ["--help"]), ("status", ["status"])):
         found = heavy_imports(python, cli_args, env)
         print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
-    from launcher.rundir import close
+    from launcher.remote.openssh import close_state as close
 
     close(Path(env["GPUJOB_STATE_DIR"]))  # the resident gpujob it started, and its folder
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+DEFINITIONS = REPO / "launcher" / "images" / "definitions"
 GPUJOB = str(REPO / ".venv" / "bin" / "gpujob")
 NAME = "gjlab-bench"
 LOCK = Path("/tmp/gpujob-lab.lock")
@@ -97,7 +98,7 @@ def bench_host() -> Iterator[BenchHost]:
                 try:
                     yield BenchHost(host.address, ref, env, folder)
                 finally:
-                    from launcher.rundir import close
+                    from launcher.remote.openssh import close_state as close
 
                     close(folder / "state")
         finally:
@@ -110,7 +111,7 @@ def write_job(folder: Path, program: str, name: str = "bench", args: tuple[str, 
     (work / "prog.py").write_text(program)
     images = folder / "images"
     images.mkdir(exist_ok=True)
-    (images / "lab-cpu.yaml").write_text((REPO / "images" / "lab-cpu.yaml").read_text())
+    (images / "lab-cpu.yaml").write_text((DEFINITIONS / "lab-cpu.yaml").read_text())
     spec = folder / f"{name}.yaml"
     spec.write_text(f"name: {name}\nimage: lab-cpu\nworkdir: work\nrun:\n  entrypoint: prog.py\n"
                     f"  nproc_per_node: 1\n  args: {list(args)}\n")  # fmt: skip

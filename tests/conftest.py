@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ def _end_live_processes(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     state = request.getfixturevalue("tmp_path") / "state"
     yield
-    from launcher.rundir import close
+    from launcher.remote.openssh import close_state as close
 
     close(state)
 
@@ -58,7 +57,6 @@ def gpujob(
         from launcher.cli import main
 
         capsys.readouterr()
-        monkeypatch.setattr("launcher.jobs.LOG", sys.stderr)
         try:
             main(list(args))
             code = 0

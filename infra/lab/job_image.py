@@ -19,7 +19,7 @@ from pathlib import Path
 from infra.lab import base_image, registry, state
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = REPO / "images" / "lab-cpu.yaml"
+SPEC = REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml"
 DOCKERFILE = REPO / "infra" / "images" / "lab-cpu" / "Dockerfile"
 TAG = "gpujob-lab/job:lab-cpu"
 PINS_LABEL = "gpujob.lab.pins"
@@ -36,11 +36,12 @@ def pins(spec: Path = SPEC) -> list[str]:
 def wheelhouse(lines: list[str], folder: Path, report: Callable[[str], None] = print) -> Path:
     """The lock's verified wheels in `folder/wheels` (hard links into the product's cache) and
     `lines` in `folder/requirements.txt`: a find-links folder for hosts without Docker."""
-    from launcher.images.commands import cache_dir, read_lock
+    from launcher.images.commands import read_lock
     from launcher.images.wheelhouse import fetch, link_into
+    from launcher.paths import images_cache_dir
 
     _, lock = read_lock("lab-cpu")
-    wheels = fetch(lock, cache_dir(), report, extra_dirs=[folder / "wheels"])
+    wheels = fetch(lock, images_cache_dir(), report, extra_dirs=[folder / "wheels"])
     link_into(wheels, folder / "wheels")
     (folder / "requirements.txt").write_text("\n".join(lines) + "\n")
     return folder
@@ -57,8 +58,9 @@ def built_hash(tag: str = TAG) -> str | None:
 
 def build(report: Callable[[str], None] = print) -> str:
     """Build the image unless a tag with the same lock exists; push it; return the hosts' ref."""
-    from launcher.images.commands import cache_dir, read_lock
+    from launcher.images.commands import read_lock
     from launcher.images.wheelhouse import fetch, link_into
+    from launcher.paths import images_cache_dir
 
     _, lock = read_lock("lab-cpu")
     if built_hash() == lock.lock_hash:
@@ -67,7 +69,7 @@ def build(report: Callable[[str], None] = print) -> str:
         base_image.build(report)
         report(f"job image {TAG}: wheelhouse of {len(lock.packages)} locked wheels ...")
         older = state.lab_dir() / "wheelhouse" / "lab-cpu" / "wheels"  # the hosts' find-links
-        wheels = fetch(lock, cache_dir(), report, extra_dirs=[older])
+        wheels = fetch(lock, images_cache_dir(), report, extra_dirs=[older])
         context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
         try:
             shutil.copy(DOCKERFILE, context / "Dockerfile")

@@ -30,9 +30,9 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, descendants, forward, read_json, rss_bytes, start_ticks, write_json
+from states import TERMINAL
 
 STATUS = "status.json"
-TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 SAMPLE_EVERY_S = 1.0
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""

@@ -8,8 +8,6 @@ none, and only `allow_cpu` lets the bootstrap go on past that.
 
 from __future__ import annotations
 
-import hashlib
-import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +16,8 @@ from typing import Any, Literal
 
 from launcher.errors import UsageError
 from launcher.remote.base import Connection
-from launcher.remote.batch import File
 
 Status = Literal["ok", "fixed", "failed", "skipped"]
-AGENT_DIR = ".gpujob/bin"
 RCLONE_HOME_PATH = ".local/bin/rclone"
 PULL_HINT = "check the image name and the registry login on the host"
 INSTALL_RCLONE = "install it on the host: curl https://rclone.org/install.sh | sudo bash"
@@ -145,41 +141,6 @@ def disk(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult
     return StepResult("disk", "ok", detail)
 
 
-def _agent_files() -> dict[str, bytes]:
-    from launcher.agent import AGENT_OS_SOURCE, AGENT_SOURCE, INIT_LOCK_SOURCE
-
-    return {"gpujob-agent.py": AGENT_SOURCE.read_bytes(),
-            AGENT_OS_SOURCE.name: AGENT_OS_SOURCE.read_bytes(),
-            "init_lock.py": INIT_LOCK_SOURCE.read_bytes()}  # fmt: skip
-
-
-def _remote_hashes(conn: Connection, paths: list[str]) -> dict[str, str]:
-    result = conn.run(["sh", "-c", "sha256sum " + " ".join(map(shlex.quote, paths)) +
-                       " 2>/dev/null; true"])  # fmt: skip
-    found = {}
-    for line in result.stdout.splitlines():
-        digest, _, path = line.partition("  ")
-        found[path.strip()] = digest
-    return found
-
-
-def agent(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
-    files = _agent_files()
-    where = f"{facts.home}/{AGENT_DIR}"
-    wanted = {f"{where}/{name}": hashlib.sha256(body).hexdigest() for name, body in files.items()}
-    if _remote_hashes(conn, list(wanted)) == wanted:
-        return StepResult("agent", "ok", f"installed in {where}")
-    conn.batch([File(f"{where}/{name}", body, 0o755) for name, body in files.items()])
-    if _remote_hashes(conn, list(wanted)) != wanted:
-        return StepResult("agent", "failed", f"the agent written to {where} does not read back",
-                          "check free disk and permissions in the home directory")  # fmt: skip
-    check = conn.run(["python3", f"{where}/gpujob-agent.py", "status", f"{where}/no-such-job"])
-    if check.exit_code not in (0, 1, 2):
-        return StepResult("agent", "failed", f"the agent does not run: {check.stderr.strip()}",
-                          "check the host's python3")  # fmt: skip
-    return StepResult("agent", "fixed", f"installed in {where}")
-
-
 def _rclone_version(conn: Connection, facts: HostFacts) -> str | None:
     script = (f'for r in rclone "$HOME/{RCLONE_HOME_PATH}"; do '
               'v=$("$r" version 2>/dev/null | head -n 1); '
@@ -246,4 +207,4 @@ def driver_refusal(image: str, torch_label: str, driver: str) -> UsageError | No
     return None
 
 
-STEPS: tuple[Step, ...] = (system, gpu, docker, disk, agent, rclone, image)
+STEPS: tuple[Step, ...] = (system, gpu, docker, disk, rclone, image)

@@ -7,13 +7,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from launcher.images.catalog import Catalog
 from launcher.images.lock import Lock
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 REPOSITORY = "gpujob/{name}"
 LOCK_LABEL = "gpujob.image.lock"
 DOCKERFILE_LABEL = "gpujob.image.dockerfile"
@@ -91,16 +89,9 @@ def plan_build(lock: Lock, catalog: Catalog, push: str | None = None) -> BuildPl
 
 @cache
 def template_environment() -> Any:
-    import jinja2
+    from launcher.resources import template_environment as environment
 
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
+    return environment()
 
 
 def render_dockerfile(**context: Any) -> str:

@@ -14,8 +14,6 @@ from typing import Any
 
 from packaging.version import Version
 
-CATALOG = Path(__file__).resolve().parents[2] / "images" / "catalog.json"
-
 
 @dataclass(frozen=True)
 class FlashAttnRow:
@@ -82,7 +80,11 @@ class Catalog:
         return self.data["toolkit_driver"].get(cuda)
 
 
-def load_catalog(path: Path = CATALOG) -> Catalog:
+def load_catalog(path: Path | None = None) -> Catalog:
+    if path is None:
+        from launcher.resources import catalog_file
+
+        path = catalog_file()
     return Catalog(json.loads(path.read_text()))
 
 

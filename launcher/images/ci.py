@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.images.buildplan import template_environment
-from launcher.images.catalog import load_catalog
-from launcher.images.commands import IMAGES
 from launcher.images.lock import Lock, parse_lock
+from launcher.resources import builtin_images_dir
 
 WORKFLOW = Path(".github") / "workflows" / "images.yml"
 
 
-def render_workflow(locks: list[Lock], lab_only: set[str], branch: str = "main") -> str:
+def render_workflow(
+    locks: list[Lock], lab_only: set[str], branch: str = "main", watch: str = "images"
+) -> str:
     """Pure: the workflow text for these locks. A lock with unknown hashes, or on a base only
     the lab has, is listed in a comment rather than built (it would fail by design)."""
     images, skipped = [], []
@@ -26,15 +27,30 @@ def render_workflow(locks: list[Lock], lab_only: set[str], branch: str = "main")
         else:
             images.append(lock.name)
     template = template_environment().get_template("images.yml.j2")
-    return template.render(images=images, skipped=skipped, branch=branch)
+    return template.render(images=images, skipped=skipped, branch=branch, watch=watch)
 
 
-def write_workflow(images: Path = IMAGES, dry_run: bool = False) -> tuple[Path, str]:
-    catalog = load_catalog(images / "catalog.json")
+def write_workflow(
+    images: Path | None = None, root: Path | None = None, dry_run: bool = False
+) -> tuple[Path, str]:
+    """The workflow for the locks in `images` (the current folder's own `images/`, else the
+    shipped ones), written under `root` (the current folder)."""
+    from launcher.images.commands import catalog_for
+    from launcher.resources import user_images_dir
+
+    images = images or user_images_dir(Path.cwd()) or builtin_images_dir()
+    catalog = catalog_for(images)
     lab_only = {e["match"] for e in catalog.data["base_images"] if e.get("lab_only")}
     locks = [parse_lock(p.read_text(), str(p)) for p in sorted(images.glob("*.lock"))]
-    text = render_workflow(locks, lab_only)
-    path = images.parent / WORKFLOW
+    root = (root or Path.cwd()).resolve()
+    # CI builds on a change to the definitions, wherever they are in the repository.
+    watch = (
+        images.resolve().relative_to(root).as_posix()
+        if images.resolve().is_relative_to(root)
+        else "images"
+    )
+    text = render_workflow(locks, lab_only, watch=watch)
+    path = root / WORKFLOW
     if not dry_run:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -11,13 +11,13 @@ from pathlib import Path
 from launcher.errors import GpujobError, UsageError
 from launcher.images import index, rules, wheelhouse
 from launcher.images.buildplan import BuildPlan, plan_build
-from launcher.images.catalog import CATALOG, Catalog, load_catalog
+from launcher.images.catalog import Catalog, load_catalog
 from launcher.images.lock import Lock, parse_lock
 from launcher.images.resolve import Refused, pins_of, resolve
 from launcher.images.rules import Refusal, stack_of
+from launcher.paths import images_cache_dir
+from launcher.resources import catalog_file, images_dir_for
 from launcher.spec.image import ImageDefinition, load_definition_file
-
-IMAGES = Path(__file__).resolve().parents[2] / "images"
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,20 @@ class Definition:
         return f"{self.path}:{line}" if line else str(self.path)
 
 
-def definition_path(name: str, images: Path = IMAGES) -> Path:
+def images_folder(name: str, images: Path | None = None) -> Path:
+    """`images` when given; else the current folder's own `images/` where it holds `name`,
+    else the definitions shipped with gpujob."""
+    return images if images is not None else images_dir_for(name, Path.cwd())
+
+
+def catalog_for(images: Path) -> Catalog:
+    """The folder's own `catalog.json`, else the shipped one."""
+    own = images / "catalog.json"
+    return load_catalog(own if own.is_file() else catalog_file())
+
+
+def definition_path(name: str, images: Path | None = None) -> Path:
+    images = images_folder(name, images)
     path = Path(name) if name.endswith((".yaml", ".yml")) else images / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in images.glob("*.yaml")))
@@ -40,7 +53,7 @@ def definition_path(name: str, images: Path = IMAGES) -> Path:
     return path
 
 
-def read_definition(name: str, images: Path = IMAGES) -> Definition:
+def read_definition(name: str, images: Path | None = None) -> Definition:
     path = definition_path(name, images)
     definition, lines = load_definition_file(path)
     return Definition(path, definition, lines, path.read_text())
@@ -58,7 +71,7 @@ def lock_for(
     pins = [(name, version) for _, name, version in pins_of(definition, stack)]
     sources = index.Sources(sources.find_links, (*sources.indexes, *definition.indexes))
     try:
-        local = [cache_dir() / "wheels", *wheelhouse.wheel_dirs()]
+        local = [images_cache_dir() / "wheels", *wheelhouse.wheel_dirs()]
         offered = index.offered(pins, sources, definition.python, glibc, local)
     except index.IndexUnreachable as err:
         raise GpujobError(
@@ -78,32 +91,21 @@ def _refusal_error(found: Definition, refusals: list[Refusal]) -> UsageError:
     return UsageError(f"{found.where(first.field)}: {first.field}: {first.text()}{also}")
 
 
-def write_lock(name: str, offline: bool = False, images: Path = IMAGES) -> tuple[Path, Lock]:
+def write_lock(name: str, offline: bool = False, images: Path | None = None) -> tuple[Path, Lock]:
+    images = images_folder(name, images)
     found = read_definition(name, images)
     sources = index.pip_sources()
-    lock = lock_for(
-        found, load_catalog(images / CATALOG.name), sources.offline() if offline else sources
-    )
+    lock = lock_for(found, catalog_for(images), sources.offline() if offline else sources)
     path = found.path.with_suffix(".lock")
     path.write_text(lock.to_text())
     return path, lock
 
 
-def read_lock(name: str, images: Path = IMAGES) -> tuple[Path, Lock]:
+def read_lock(name: str, images: Path | None = None) -> tuple[Path, Lock]:
     path = definition_path(name, images).with_suffix(".lock")
     if not path.is_file():
         raise UsageError(f"{path}: no lock for image `{name}`", f"run: gpujob image lock {name}")
     return path, parse_lock(path.read_text(), str(path))
-
-
-def cache_dir() -> Path:
-    """$GPUJOB_CACHE_DIR/images (or the user cache dir): wheels by sha256, build contexts."""
-    import os
-
-    from platformdirs import user_cache_dir
-
-    root = os.environ.get("GPUJOB_CACHE_DIR") or user_cache_dir("gpujob")
-    return Path(root) / "images"
 
 
 def build_image(
@@ -112,9 +114,10 @@ def build_image(
     dry_run: bool,
     report: Callable[[str], None],
     no_cache: bool = False,
-    images: Path = IMAGES,
+    images: Path | None = None,
 ) -> BuildPlan:
     """Plan the build from the checked-in lock; unless dry_run, carry it out."""
+    images = images_folder(name, images)
     path, lock = read_lock(name, images)
     definition = read_definition(name, images)
     if lock.definition_sha256 != hashlib.sha256(definition.text.encode()).hexdigest():
@@ -124,9 +127,9 @@ def build_image(
         )
     if not dry_run:
         wheelhouse.require_known_hashes(lock, str(path))
-    plan = plan_build(lock, load_catalog(images / CATALOG.name), push)
+    plan = plan_build(lock, catalog_for(images), push)
     if not dry_run:
         from launcher.images.docker_build import apply
 
-        apply(plan, lock, cache_dir(), report, no_cache=no_cache)
+        apply(plan, lock, images_cache_dir(), report, no_cache=no_cache)
     return plan

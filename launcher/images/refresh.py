@@ -14,7 +14,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from launcher.errors import GpujobError
-from launcher.images.catalog import CATALOG, load_catalog
+from launcher.images.catalog import load_catalog
+from launcher.resources import catalog_file
 
 DEFAULT_ROOT = "https://download.pytorch.org/whl"
 HREF = re.compile(r'href="([^"#]+)[^"]*"')
@@ -55,7 +56,8 @@ def merge(catalog: dict, variant: str, files: list[str]) -> list[str]:
     return changes
 
 
-def refresh(roots: list[str], path: Path = CATALOG) -> list[str]:
+def refresh(roots: list[str], path: Path | None = None) -> list[str]:
+    path = path or catalog_file()
     catalog = load_catalog(path).data
     variants = sorted({v for row in catalog["torch"].values() for v in row["variants"]})
     tried: list[str] = []

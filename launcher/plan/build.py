@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from launcher.agent import AGENT_FILE
 from launcher.errors import UsageError
 from launcher.plan import docker
 from launcher.plan.model import (
@@ -41,7 +42,6 @@ from launcher.spec.job import JobSpec
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 LOOPBACK = ("127.", "localhost", "::1")
-AGENT_FILE = "gpujob-agent.py"
 INIT_FILE = "gpujob-init.py"
 DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
 

@@ -84,6 +84,24 @@ class Target:
 
 
 @dataclass(frozen=True)
+class HostFacts:
+    """A host as `launcher.remote.facts` read it: what planning for it needs to know."""
+
+    home: str
+    python: str
+    version: str
+    docker: bool
+    gpus: int
+    memlock_unlimited: bool = True
+    free_bytes: int | None = None
+    """Free space where the job folders go (the nearest folder of ~/.gpujob/jobs there is)."""
+    free_at: str = ""
+    images: frozenset[str] = frozenset()
+    """The images Docker has there (`REPOSITORY:TAG`): a job's that is among them is not
+    looked for again before its start."""
+
+
+@dataclass(frozen=True)
 class ReachCheck:
     """Before any node starts: every other host opens a TCP connection to node 0's
     rendezvous port (a listener held there for the check), so a firewall or a wrong address

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import shlex
 from functools import cache
-from pathlib import Path
 from typing import Any
-
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 
 class Word(str):
@@ -37,17 +34,9 @@ def _argv(groups: list[list[str]]) -> Word:
 
 @cache
 def _shell_environment() -> Any:
-    import jinja2
+    from launcher.resources import template_environment
 
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        finalize=_shell_finalize,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
+    env = template_environment(finalize=_shell_finalize)
     env.filters["word"] = _word
     env.filters["argv"] = _argv
     return env

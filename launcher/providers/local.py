@@ -6,28 +6,17 @@ or sshd it is how the same spec, plan and agent reach the GPUs.
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 from launcher.errors import UsageError
+from launcher.paths import envs_dir, state_dir
 from launcher.plan.model import Target
 from launcher.remote.local import LocalConnection
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
-from launcher.state.db import state_dir
 
 HOST = "local"
 LOOPBACK = "127.0.0.1"
-
-
-def cache_dir() -> Path:
-    override = os.environ.get("GPUJOB_CACHE_DIR")
-    if override:
-        return Path(override)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("gpujob"))
 
 
 def local_target(spec: JobSpec, image: ImageDefinition | None) -> Target:
@@ -45,7 +34,7 @@ def local_target(spec: JobSpec, image: ImageDefinition | None) -> Target:
         job_root=str(state_dir() / "jobs"),
         python=sys.executable if image is not None else "python3",
         agent_python=sys.executable,
-        env_root=str(cache_dir() / "envs"),
+        env_root=str(envs_dir()),
         gpus_per_node=spec.resources.gpus_per_node,
     )
 

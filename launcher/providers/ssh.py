@@ -15,16 +15,13 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import GpujobError, UsageError
-from launcher.plan.model import Target
-from launcher.state.db import state_dir
+from launcher.errors import UsageError
+from launcher.paths import hosts_file, known_hosts_file
 
 if TYPE_CHECKING:  # the specs' pydantic models cost 0.2 s to import: `logs` never needs them
-    from launcher.spec.image import ImageDefinition
-    from launcher.spec.job import JobSpec
+    pass
 
 PROVIDER = "ssh"
 USER_AT = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<address>[^@\s:\[\]]+|\[[0-9a-fA-F:]+\])"
@@ -46,16 +43,6 @@ class HostEntry:
     @classmethod
     def from_record(cls, text: str) -> HostEntry:
         return cls(**json.loads(text))
-
-
-def hosts_file() -> Path:
-    override = os.environ.get("GPUJOB_HOSTS_FILE")
-    return Path(override) if override else Path.home() / ".config" / "gpujob" / "hosts.yaml"
-
-
-def known_hosts_file() -> Path:
-    """gpujob's own pins, never the user's ~/.ssh/known_hosts."""
-    return state_dir() / "known_hosts"
 
 
 def parse_hosts(text: str, where: str) -> dict[str, HostEntry]:
@@ -152,42 +139,3 @@ def connect(entry: HostEntry) -> Any:
 
     endpoint = resolve_endpoint(entry.address, user=entry.user, port=entry.port, key=entry.key)
     return SSHConnection(entry.name, endpoint, known_hosts_file())
-
-
-def host_facts(conn: Any) -> tuple[str, str]:
-    """The host's $HOME and python3 version, in one command."""
-    probe = 'echo "$HOME"; python3 -c "import sys; print(*sys.version_info[:2], sep=\'.\')"'
-    result = conn.run(["sh", "-c", probe])
-    lines = result.stdout.split()
-    if not result.ok or len(lines) != 2:
-        raise GpujobError(
-            f"{conn.host}: cannot read $HOME and the python3 version "
-            f"(exit {result.exit_code}): {result.stderr.strip()[-200:]}",
-            "the host needs python3 on its PATH (the agent runs with it)",
-        )
-    return lines[0], lines[1]
-
-
-def ssh_target(
-    spec: JobSpec, image: ImageDefinition | None, entry: HostEntry, home: str, python: str
-) -> Target:
-    """Every node on the one host, bare runtime, under the user's home on the host.
-
-    `home` is `~` in a dry run (nothing is contacted), the host's real $HOME otherwise.
-    """
-    if image is not None and python != "?" and image.python != python:
-        raise UsageError(
-            f"image {image.name} is for Python {image.python} but {entry.name} runs {python}",
-            "use `--set image=host` to run with the host's own Python environment",
-        )
-    return Target(
-        provider=PROVIDER,
-        runtime="bare",
-        hosts=(entry.name,) * spec.nodes,
-        addresses=(entry.address,) * spec.nodes,
-        job_root=f"{home}/.gpujob/jobs",
-        python="python3",
-        agent_python="python3",
-        env_root=f"{home}/.cache/gpujob/envs",
-        gpus_per_node=spec.resources.gpus_per_node,
-    )

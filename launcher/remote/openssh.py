@@ -4,7 +4,7 @@ paramiko handled every 32 KiB packet in Python (a big log streamed at half the r
 `ssh host cat`) and each gpujob command paid a full handshake, most of a quick submit.
 OpenSSH's ControlMaster keeps one authenticated connection per host for PERSIST_S after its
 last use, and each command is a new channel on it: a few milliseconds (SkyPilot's command
-runner does the same). The sockets live in the state dir's private folder (rundir.py).
+runner does the same). The sockets live in the state dir's private folder (paths.run_dir).
 
 Every option is given on the command line with `-F /dev/null`: the user's ~/.ssh/config is
 read once, by `ssh -G`, for where to connect and as whom (resolve_endpoint), and nothing in
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from launcher.errors import GpujobError, UsageError
+from launcher.paths import existing_run_dir, run_dir, ssh_config_file
 from launcher.remote.hostkeys import host_id
 
 PERSIST_S = 600
@@ -85,10 +86,6 @@ def ssh_client() -> str:
     return found
 
 
-def ssh_config_path() -> Path:
-    return Path(os.environ.get("GPUJOB_SSH_CONFIG", Path.home() / ".ssh" / "config"))
-
-
 def resolve_endpoint(
     alias: str,
     *,
@@ -99,7 +96,7 @@ def resolve_endpoint(
 ) -> Endpoint:
     """Explicit values win over `~/.ssh/config` (HostName, User, Port, IdentityFile, with its
     Include and Match lines), which wins over OpenSSH's defaults: `ssh -G` says which."""
-    path = config_path or ssh_config_path()
+    path = config_path or ssh_config_file()
     config = str(path) if path.is_file() else os.devnull
     done = subprocess.run(
         [ssh_client(), "-G", "-F", config, "--", alias],
@@ -139,8 +136,6 @@ def _local_user() -> str:
 
 def socket_path(endpoint: Endpoint, state: Path | None = None) -> Path:
     name = f"{endpoint.user}@{endpoint.address}:{endpoint.port}"
-    from launcher.rundir import run_dir
-
     return run_dir(state) / hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
@@ -250,9 +245,7 @@ def ssh_failure(code: int, stderr: bytes | str) -> str | None:
 
 def stop_masters(state: Path | None = None, endpoints: Iterable[Endpoint] | None = None) -> int:
     """End the master connections of a state dir (all, or those of `endpoints`): a host that
-    is gone, or a test that is over (rundir.close). Returns how many were running."""
-    from launcher.rundir import existing_run_dir
-
+    is gone, or a test that is over (close_state). Returns how many were running."""
     folder = existing_run_dir(state)
     if folder is None:
         return 0
@@ -305,3 +298,13 @@ def widen_pipe(stream: IO[bytes]) -> None:
     """A 1 MiB pipe instead of 64 KiB: a big log crosses in fewer, larger reads (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+
+
+def close_state(state: Path | None = None) -> int:
+    """End what a state dir left running (its SSH masters) and remove its socket folder: the
+    end of a test or a bench. Returns how many masters were ended."""
+    ended = stop_masters(state)
+    folder = existing_run_dir(state)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    return ended

@@ -29,6 +29,7 @@ from launcher.plan.model import (
 )
 from launcher.remote.base import Connection, Result
 from launcher.remote.batch import File, Op, Outcome, Run, Sync
+from launcher.runtime.agent import agent_argv
 
 Report = Callable[[str], None]
 REACH_TIMEOUT_S = 20
@@ -189,13 +190,9 @@ def _require(node: NodePlan, command: _Command, result: Result) -> None:
 
 
 def _cancel_argv(node: NodePlan) -> list[str]:
-    return list(_agent_argv(node, "cancel", node.node_dir, "5"))
-
-
-def _agent_argv(node: NodePlan, *args: str) -> tuple[str, ...]:
-    """The agent as the node's start step runs it (its Python, its path), with `args`."""
+    """The agent as the node's start step runs it (its Python), asked to cancel."""
     start = next(s for s in node.steps if isinstance(s, RunCommand) and s.starts_job)
-    return (start.argv[0], start.argv[1], *args)
+    return agent_argv(start.argv[0], node.node_dir, "cancel", "5")
 
 
 def check_reach(check: ReachCheck, connections: dict[str, Connection], report: Report) -> None:

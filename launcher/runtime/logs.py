@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 
 from launcher.errors import GpujobError
 from launcher.remote.base import Connection
+from launcher.runtime.agent import TERMINAL
 
-TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 FAILED = ("failed", "lost")
 POLL_MIN_S = 0.05
 POLL_MAX_S = 0.5

@@ -81,14 +81,6 @@ class ImageDefinition(StrictModel):
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def find_images_dir(start: Path) -> Path | None:
-    """The nearest `images/` folder at or above `start` (the spec's folder, usually)."""
-    for folder in (start, *start.parents):
-        if (folder / "images").is_dir():
-            return folder / "images"
-    return None
-
-
 def load_image_definition(reference: str, spec_dir: Path) -> ImageDefinition | None:
     """The definition an `image:` names (a name under images/, or a path to its YAML), or None
     when it is a full image name or `host`."""
@@ -98,10 +90,16 @@ def load_image_definition(reference: str, spec_dir: Path) -> ImageDefinition | N
     elif reference == HOST_IMAGE or "/" in reference or ":" in reference:
         return None
     else:
-        images = find_images_dir(spec_dir.resolve())
-        path = images / f"{reference}.yaml" if images else None
+        from launcher.resources import images_dir_for
+
+        images = images_dir_for(reference, spec_dir)
+        path = images / f"{reference}.yaml"
     if path is None or not path.is_file():
-        known = sorted(p.stem for p in images.glob("*.yaml")) if images else []
+        from launcher.resources import builtin_images_dir, user_images_dir
+
+        own = user_images_dir(spec_dir.resolve())
+        folders = [f for f in (images, own, builtin_images_dir()) if f is not None]
+        known = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
         raise UsageError(
             f"image `{reference}`: no definition {path or reference} found from {spec_dir}",
             f"known definitions: {', '.join(known)}" if known else "give a full image name",

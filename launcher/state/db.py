@@ -15,6 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.agent.states import TERMINAL
+from launcher.paths import state_dir
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
@@ -40,13 +43,6 @@ CREATE TABLE IF NOT EXISTS log_offsets (
 """
 
 
-def state_dir() -> Path:
-    """`GPUJOB_STATE_DIR`, else the platform's user state dir (platformdirs)."""
-    from launcher.rundir import state_path
-
-    return state_path()
-
-
 @dataclass(frozen=True)
 class JobRecord:
     id: str
@@ -66,7 +62,7 @@ class JobRecord:
 
     @property
     def terminal(self) -> bool:
-        return self.state in ("succeeded", "failed", "cancelled", "lost")
+        return self.state in TERMINAL
 
 
 class StateDB:
@@ -108,7 +104,7 @@ class StateDB:
         exit_code: int | None = None,
         last_line: str | None = None,
     ) -> None:
-        ended = time.time() if state in ("succeeded", "failed", "cancelled", "lost") else None
+        ended = time.time() if state in TERMINAL else None
         with self._connect() as conn:
             conn.execute(
                 "UPDATE jobs SET state=?, exit_code=COALESCE(?, exit_code),"

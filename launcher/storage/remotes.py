@@ -13,22 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import UsageError
+from launcher.paths import config_file
 from launcher.spec.job import REMOTE_NAME, REMOTE_PATH, S3Remote
 
 EXAMPLE = "remotes: {lab: {provider: Other, endpoint: http://127.0.0.1:9000, bucket: ckpts}}"
-
-
-def config_dir() -> Path:
-    override = os.environ.get("GPUJOB_CONFIG_DIR")
-    if override:
-        return Path(override)
-    from platformdirs import user_config_dir
-
-    return Path(user_config_dir("gpujob"))
-
-
-def config_path() -> Path:
-    return config_dir() / "config.yaml"
 
 
 @dataclass(frozen=True)
@@ -53,7 +41,7 @@ class RemotePath:
 
 
 def user_remotes() -> dict[str, Remote]:
-    path = config_path()
+    path = config_file()
     if not path.exists():
         return {}
     import yaml
@@ -119,7 +107,7 @@ def parse_remote_path(text: str, remotes: dict[str, Remote], where: str) -> Remo
         known = ", ".join(sorted(remotes)) or "none"
         raise UsageError(
             f"{where}: no remote `{name}` (known: {known})",
-            f"describe it under `storage:` in the spec or in {config_path()} ({EXAMPLE})",
+            f"describe it under `storage:` in the spec or in {config_file()} ({EXAMPLE})",
         )
     return RemotePath(remotes[name], match.group("path"))
 

@@ -47,8 +47,8 @@ class Where:
 
 def _local() -> Where:
     from launcher.agent import CHECKPOINT_SOURCES
+    from launcher.paths import config_dir
     from launcher.remote.local import LocalConnection
-    from launcher.storage.remotes import config_dir
 
     module = next(s for s in CHECKPOINT_SOURCES if s.endswith("ckpt_sync.py"))
     return Where(LocalConnection(), sys.executable, module, str(config_dir() / "tmp"))
@@ -58,9 +58,10 @@ def _on_host(name: str) -> Where:
     """`--on HOST`: the sync modules shipped to ~/.gpujob/bin there (they are small)."""
     from launcher.agent import CHECKPOINT_SOURCES
     from launcher.providers import ssh as ssh_hosts
+    from launcher.remote.facts import host_facts
 
     conn = ssh_hosts.connect(ssh_hosts.resolve_host(name))
-    home, _ = ssh_hosts.host_facts(conn)
+    home = host_facts(conn).home
     folder = f"{home}/.gpujob/bin"
     for source in CHECKPOINT_SOURCES:
         conn.put_file(source, f"{folder}/{PurePosixPath(source).name}", 0o644)

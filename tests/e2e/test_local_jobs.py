@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
-IMAGE = str(REPO / "images" / "lab-cpu.yaml")
+IMAGE = str(REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml")
 
 
 @pytest.fixture

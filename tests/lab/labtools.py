@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from infra.fakes.lab_backend import children, comm
 from launcher.agent.agent_os import descendants
@@ -89,26 +92,70 @@ LONG_JOB = (
 """A 100,000-line job that takes a while: long enough for 10 cut connections."""
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Poll until an observable state holds. The deadline only guards against a hang and fails
+    naming what never happened: what a test asserts is the state, never how long it took."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still not so after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def read_some(pipe: IO[bytes], what: str, timeout: float = 120) -> bytes:
+    """The next bytes a child writes to a pipe (one read of the fd, so nothing is left in a
+    Python buffer for a later `communicate`). A bare read blocks for ever on a hung child and
+    spins on an ended one; this fails naming what never came."""
+    ready, _, _ = select.select([pipe], [], [], timeout)
+    if not ready:
+        raise AssertionError(f"{what}: nothing written in {timeout:.0f} s")
+    chunk = os.read(pipe.fileno(), 65536)
+    if not chunk:
+        raise AssertionError(f"{what}: the stream ended")
+    return chunk
+
+
+def _drain(pipe: IO[bytes], into: bytearray) -> None:
+    """Everything a child writes to a pipe, appended as it comes (so another thread can see
+    the stream grow)."""
+    while chunk := os.read(pipe.fileno(), 65536):
+        into += chunk
+
+
 def follow_through_cuts(env: dict[str, str], job_id: str, host_name: str) -> bytes:
     """`gpujob logs JOB -f` while the host's sshd processes for it are killed 10 times: what
     the client printed (it must end well, after 10 cuts)."""
     follow = subprocess.Popen([GPUJOB, "logs", job_id, "-f"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    out, err = bytearray(), bytearray()
+    drains = [
+        threading.Thread(target=_drain, args=(follow.stdout, out)),
+        threading.Thread(target=_drain, args=(follow.stderr, err)),
+    ]
+    for drain in drains:
+        drain.start()
     killed: list[int] = []
-    cutter = threading.Thread(target=cut_connections, args=(host_name, killed, 10, follow))
+    cutter = threading.Thread(target=cut_connections, args=(host_name, killed, 10, follow, out))
     cutter.start()
-    out, err = follow.communicate(timeout=300)
-    cutter.join()
+    try:
+        follow.wait(timeout=300)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+        for drain in drains:
+            drain.join()
+        cutter.join()
     assert follow.returncode == 0, err.decode()[-2000:]
     assert len(set(killed)) >= 10, killed
-    return out
+    return bytes(out)
 
 
 def cut_connections(
-    host_name: str, killed: list[int], times: int, client: subprocess.Popen
+    host_name: str, killed: list[int], times: int, client: subprocess.Popen, streamed: bytearray
 ) -> None:
     """SIGKILL, by pid, the sshd processes serving the client's connection (the children of
-    the host's listening sshd), each time a new connection has come up."""
+    the host's listening sshd), each time a new connection has come up and the client has
+    printed more (`streamed`, its stdout so far) over it: every cut lands mid-stream."""
     from infra.lab import state
 
     listener = state.read_state()["hosts"][host_name]["sshd"]["pid"]
@@ -118,11 +165,12 @@ def cut_connections(
         if not sessions:
             time.sleep(0.05)
             continue
-        time.sleep(0.4)  # let the client stream a little on this connection first
+        mark = len(streamed)
+        while len(streamed) == mark and client.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         for pid in sessions:
             tree = [pid, *[p for p in descendants(pid) if comm(p).startswith("sshd")]]
             for target in tree:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(target, signal.SIGKILL)
             killed.append(pid)
-        time.sleep(0.3)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import replace
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from labtools import REPO, docker
+
+DEFINITIONS = REPO / "launcher" / "images" / "definitions"
 
 pytestmark = pytest.mark.lab
 
@@ -60,15 +63,14 @@ def test_lab_cpu_image_is_built_pushed_pulled_and_runs_the_quickstart(
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2.13.0+cpu", "5.23.0", "1000", lock.lock_hash]
 
-    job = str(REPO / "jobs" / "quickstart")
-    run = docker(
+    # The job goes into the container through the engine's API (`docker cp`), not a bind
+    # mount of this checkout: the host's dockerd sees its own /root and /tmp, not this
+    # machine's, so a bind mount would only work for a checkout the host happens to see.
+    made = docker(
         host,
-        "run",
-        "--rm",
+        "create",
         "--network",
         "host",
-        "-v",
-        f"{job}:/job:ro",
         "-e",
         "OMP_NUM_THREADS=1",
         ref,
@@ -86,8 +88,16 @@ def test_lab_cpu_image_is_built_pushed_pulled_and_runs_the_quickstart(
         "--log-every",
         "2",
     )
+    assert made.returncode == 0, made.stderr
+    container = made.stdout.strip()
+    try:
+        copied = docker(host, "cp", str(REPO / "jobs" / "quickstart"), f"{container}:/job")
+        assert copied.returncode == 0, copied.stderr
+        run = docker(host, "start", "--attach", container)
+    finally:
+        docker(host, "rm", "--force", container)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "final loss" in run.stdout + run.stderr
+    assert re.search(r"^final loss [0-9.]+$", run.stdout + run.stderr, re.M), run.stdout[-2000:]
 
 
 def test_a_wheel_failing_its_hash_stops_the_build_and_nothing_is_pushed(
@@ -100,10 +110,10 @@ def test_a_wheel_failing_its_hash_stops_the_build_and_nothing_is_pushed(
     name = f"hashcheck-{uuid.uuid4().hex[:8]}"
     images = tmp_path / "images"
     images.mkdir()
-    shutil.copy(REPO / "images" / "catalog.json", images)
-    text = (REPO / "images" / "lab-cpu.yaml").read_text().replace("name: lab-cpu", f"name: {name}")
+    shutil.copy(DEFINITIONS / "catalog.json", images)
+    text = (DEFINITIONS / "lab-cpu.yaml").read_text().replace("name: lab-cpu", f"name: {name}")
     (images / f"{name}.yaml").write_text(text)
-    lock = parse_lock((REPO / "images" / "lab-cpu.lock").read_text(), "lab-cpu.lock")
+    lock = parse_lock((DEFINITIONS / "lab-cpu.lock").read_text(), "lab-cpu.lock")
     packages = [replace(p, sha256="0" * 64) if p.name == "mdurl" else p for p in lock.packages]
     tampered = replace(
         lock,

@@ -12,17 +12,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from labtools import LONG_JOB, docker, follow_through_cuts, gpujob
+from labtools import LONG_JOB, docker, follow_through_cuts, gpujob, read_some, wait_until
 from labtools import job_row as status_of
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
+DEFINITIONS = REPO / "launcher" / "images" / "definitions"
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 REPO_IMAGE = "gpujob-lab/job"
 SECRET = "s3cr3t-value-never-in-a-log"
@@ -97,7 +97,7 @@ def copy_images(folder: Path) -> None:
     """`image: lab-cpu` is found in an images/ folder beside the spec."""
     images = folder / "images"
     images.mkdir(exist_ok=True)
-    (images / "lab-cpu.yaml").write_text((REPO / "images" / "lab-cpu.yaml").read_text())
+    (images / "lab-cpu.yaml").write_text((DEFINITIONS / "lab-cpu.yaml").read_text())
 
 
 def containers(lab: DockerLab, index: int, job_id: str) -> list[str]:
@@ -173,7 +173,7 @@ dist.all_reduce(total)
 say(f"rank {rank}/{world} node {os.environ['GROUP_RANK']} sum {total.item():.0f}")
 crash = os.environ.get("CRASH_NODE")
 if crash == os.environ["GPUJOB_NODE_RANK"] and os.environ["LOCAL_RANK"] == "1":
-    time.sleep(1)
+    dist.barrier()  # every rank has said its line and is in the loop below: a mid-job crash
     raise RuntimeError(f"rank {rank} crashed on purpose")
 for _ in range(3 if crash is None else 300):
     dist.barrier()
@@ -252,18 +252,22 @@ def test_cancel_stops_the_container_and_a_restarted_client_picks_up_the_log(
     first = subprocess.Popen([GPUJOB, "logs", "ticker", "-f"], env=env, stdout=subprocess.PIPE)
     seen = b""
     while seen.count(b"\n") < 500:
-        seen += first.stdout.read1(65536)  # type: ignore[union-attr]
+        seen += read_some(first.stdout, "the first `logs -f`")  # type: ignore[arg-type]
     first.terminate()  # the client is killed mid-stream; the job never notices
     seen += first.stdout.read()  # type: ignore[union-attr]
     first.wait()
     assert status_of(env, "ticker")["state"] == "running"
-    time.sleep(1)
+    # the job writes on with no client: the second has bytes the first never saw to resume to
+    wait_until(lambda: len(docker_lab.job_log(0, "ticker")) > len(seen),
+               "the job writing past what the first client saw")  # fmt: skip
     second = subprocess.Popen([GPUJOB, "logs", "ticker", "-f"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)  # fmt: skip
-    time.sleep(2)
+    # the cancel comes while the second client streams (its first bytes are out)
+    rest = read_some(second.stdout, "the second `logs -f`")  # type: ignore[arg-type]
     cancelled = gpujob(env, "cancel", "ticker", "--grace", "5")
     assert cancelled.returncode == 0, cancelled.stderr
-    rest, err = second.communicate(timeout=120)
+    more, err = second.communicate(timeout=120)
+    rest += more
     assert b"resuming at byte" in err
     host_log = docker_lab.job_log(0, "ticker")
     assert seen + rest == host_log  # nothing lost, nothing twice, across two clients

@@ -13,7 +13,7 @@ from launcher.images.commands import Definition
 from launcher.images.wheels import WheelRecord
 from launcher.spec.image import load_definition_file
 
-IMAGES = REPO / "images"
+IMAGES = REPO / "launcher" / "images" / "definitions"
 CATALOG = load_catalog(IMAGES / "catalog.json")
 LOCKED = sorted(p.stem for p in IMAGES.glob("*.lock"))
 

@@ -73,7 +73,7 @@ CASES = [
         [],
         ":2",
         "image `no-such-image`:",
-        "known definitions: lab-cpu",
+        "known definitions: current-cu130, lab-cpu",
     ),
 ]
 
@@ -86,7 +86,7 @@ def submit_bad(
     contract, and return (spec path, the error line)."""
     images = tmp_path / "images"
     images.mkdir()
-    shutil.copy(REPO / "images" / "lab-cpu.yaml", images)
+    shutil.copy(REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml", images)
     monkeypatch.delenv("GJ_TEST_UNSET_SECRET", raising=False)
 
     def submit(text: str, sets: list[str]) -> tuple[Path, str]:

@@ -8,7 +8,9 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
+import jsonschema
 import pytest
 import yaml
 from planning import REPO
@@ -22,15 +24,52 @@ def normalised(text: str) -> str:
     return text.replace(sys.executable, "<python>").replace(str(REPO), "<repo>")
 
 
+class PythonRunning:
+    """`sys` as the local provider sees it, but running another Python version: the only
+    thing in a local dry run that depends on the running Python, besides the interpreter's
+    path, is the provider's refusal of an image made for another minor version."""
+
+    def __init__(self, version: str) -> None:
+        major, minor = (int(part) for part in version.split("."))
+        self.version_info = SimpleNamespace(major=major, minor=minor)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(sys, name)
+
+
+def quickstart_python() -> str:
+    """The Python version the quickstart's image (lab-cpu) is made for."""
+    from launcher.spec.image import load_image_definition
+
+    image = load_image_definition("lab-cpu", REPO / "jobs")
+    assert image is not None
+    return image.python
+
+
 @pytest.fixture
 def fixed_dirs(gpujob: Callable, monkeypatch: pytest.MonkeyPatch) -> Callable:
-    """Fake state and cache dirs (never created by a dry run), run from the repo root."""
+    """Fake state and cache dirs (never created by a dry run), run from the repo root, on a
+    machine that runs the image's Python: the golden plan is the same on every Python."""
     monkeypatch.setenv("GPUJOB_STATE_DIR", "/state")
     monkeypatch.setenv("GPUJOB_CACHE_DIR", "/cache")
     monkeypatch.chdir(REPO)
-    if sys.version_info[:2] != (3, 11):
-        pytest.skip("images/lab-cpu.yaml is for Python 3.11; the local provider refuses others")
+    monkeypatch.setattr("launcher.providers.local.sys", PythonRunning(quickstart_python()))
     return gpujob
+
+
+def test_an_image_for_another_python_is_refused_on_this_machine(
+    fixed_dirs: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a machine running another Python than the image's gets: a usage error, no plan."""
+    wanted = quickstart_python()
+    major, minor = wanted.split(".")
+    other = f"{major}.{int(minor) + 1}"
+    monkeypatch.setattr("launcher.providers.local.sys", PythonRunning(other))
+    result = fixed_dirs("submit", "jobs/quickstart.yaml", "--dry-run", "--job-id", "q")
+    assert result.exit_code == 2
+    assert f"image lab-cpu is for Python {wanted} but this machine runs {other}" in result.stderr
+    assert "--set image=host" in result.stderr
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -66,7 +105,7 @@ def test_a_secret_value_never_appears_in_the_dry_run(
     data = yaml.safe_load((REPO / "jobs" / "quickstart.yaml").read_text())
     data.update(
         workdir=str(REPO / "jobs" / "quickstart"),
-        image=str(REPO / "images" / "lab-cpu.yaml"),
+        image=str(REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml"),
         secrets=["GJ_TEST_TOKEN"],
     )
     spec = tmp_path / "job.yaml"
@@ -92,13 +131,11 @@ def test_schema_is_json_schema_of_the_spec(gpujob: Callable) -> None:
     assert {"name", "image", "run"} <= set(schema["required"])
     assert "entrypoint" in schema["$defs"]["RunSpec"]["properties"]
     assert schema["properties"]["run"] == {"$ref": "#/$defs/RunSpec"}
-    jsonschema = pytest.importorskip("jsonschema")
     jsonschema.Draft202012Validator.check_schema(schema)
     with pytest.raises(jsonschema.ValidationError, match="nodse"):
         jsonschema.validate({"name": "t", "image": "host", "run": {}, "nodse": 2}, schema)
 
 
 def test_the_quickstart_is_valid_under_the_schema(gpujob: Callable) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads(gpujob("schema").stdout)
     jsonschema.validate(yaml.safe_load((REPO / "jobs" / "quickstart.yaml").read_text()), schema)

@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
-from imaging import CATALOG, IMAGES, LOCKED
+from imaging import CATALOG, IMAGES, LOCKED, REPO
 
 from launcher.images.buildplan import plan_build, render_dockerfile
 from launcher.images.ci import render_workflow
@@ -111,5 +111,15 @@ def test_ci_workflow_keeps_expressions_and_secrets_out_of_shell() -> None:
 def test_checked_in_workflow_is_what_gpujob_image_ci_renders() -> None:
     from launcher.images.ci import write_workflow
 
-    path, text = write_workflow(dry_run=True)
+    path, text = write_workflow(root=REPO, dry_run=True)
     assert path.read_text() == text
+
+
+def test_the_rendered_workflow_passes_actionlint(tmp_path: Path) -> None:
+    """actionlint knows which actions run on a node GitHub has removed from its runners."""
+    from launcher.images.ci import write_workflow
+
+    path, _ = write_workflow(root=tmp_path)
+    done = subprocess.run([str(BIN / "actionlint"), str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout

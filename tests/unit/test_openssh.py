@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import GpujobError
+from launcher.paths import run_dir
 from launcher.remote.openssh import (
     Client,
     Endpoint,
     socket_path,
     ssh_failure,
 )
-from launcher.rundir import close, run_dir
+from launcher.remote.openssh import close_state as close
 
 ENDPOINT = Endpoint("gpu", "198.51.100.4", 2200, "ubuntu", ("/absent/key",))
 
@@ -86,7 +87,7 @@ def test_a_tmpdir_too_long_for_a_socket_path_gives_way_to_tmp(
     long_tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(long_tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    from launcher.rundir import run_dir_path
+    from launcher.paths import run_dir_path
 
     assert run_dir_path(Path("/state")).parent == Path(f"/tmp/gpujob-{os.getuid()}")
 

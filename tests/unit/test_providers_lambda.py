@@ -152,8 +152,8 @@ def launch_stranger(fake: RunningFake) -> str:
 
 
 def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Callable) -> None:
+    from launcher.ops.reconcile import reconcile
     from launcher.providers.lambda_cloud import LambdaCloud
-    from launcher.state.hosts import reconcile
 
     stranger = launch_stranger(env)
     found = reconcile(LambdaCloud())

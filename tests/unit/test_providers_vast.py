@@ -64,9 +64,10 @@ def test_invalid_key_is_vasts_message(
 
 
 def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Callable) -> None:
+    from launcher.ops.reconcile import reconcile
     from launcher.providers.base import parse_gpu_request
     from launcher.providers.vast import Vast
-    from launcher.state.hosts import HostsDB, reconcile
+    from launcher.state.hosts import HostsDB
 
     vast = Vast()
     offer = vast.offers(parse_gpu_request("rtx4090"))[0]

@@ -120,13 +120,13 @@ def test_nccl_variables_from_the_spec_reach_every_node() -> None:
 def test_on_places_every_node_on_one_host_or_one_per_node(
     on: tuple[str, ...], nodes: int, hosts: list[str]
 ) -> None:
-    from launcher.placement import node_hosts, split_on
+    from launcher.plan.placement import node_hosts, split_on
 
     assert node_hosts(split_on(on), nodes) == hosts
 
 
 def test_on_with_the_wrong_number_of_hosts_is_a_usage_error() -> None:
-    from launcher.placement import node_hosts
+    from launcher.plan.placement import node_hosts
 
     with pytest.raises(UsageError, match="names 3 hosts but the job has nodes: 2"):
         node_hosts(["a", "b", "c"], 2)
@@ -135,7 +135,7 @@ def test_on_with_the_wrong_number_of_hosts_is_a_usage_error() -> None:
 def test_an_image_definition_is_named_under_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     from planning import lab_cpu
 
-    from launcher.placement import image_reference
+    from launcher.plan.placement import image_reference
 
     monkeypatch.delenv("GPUJOB_REGISTRY", raising=False)
     assert image_reference("lab-cpu", lab_cpu()) is None

@@ -20,6 +20,7 @@ import click
 
 from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
 from launcher.errors import ExitCode, GpujobError, UsageError
+from launcher.ops.reconcile import reconcile
 from launcher.providers.base import (
     STOP,
     TAG,
@@ -33,7 +34,7 @@ from launcher.providers.base import (
     parse_gpu_request,
 )
 from launcher.remote.keys import public_key, user_key
-from launcher.state.hosts import HostsDB, reconcile
+from launcher.state.hosts import HostsDB
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
     """Log in with the key registered at launch and make the host ready. A `fresh` instance's
     address may have served an earlier machine: its old pin is dropped before the first
     contact pins the new key (never on a later contact, where a change is refused)."""
-    from launcher.providers.ssh import HostEntry, connect, known_hosts_file
+    from launcher.paths import known_hosts_file
+    from launcher.providers.ssh import HostEntry, connect
     from launcher.remote.hostkeys import KnownHosts, host_id
 
     port = int(inst.ssh_port or 22)
@@ -299,7 +301,7 @@ def down(reference: str | None, everything: bool, dry_run: bool,
         for provider, inst in targets:
             click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status})")
         return ExitCode.OK
-    from launcher.jobstatus import stop_jobs_on
+    from launcher.ops.status import stop_jobs_on
 
     stop_jobs_on({inst.name for _, inst in targets})
     with ThreadPoolExecutor(min(8, len(targets))) as pool:

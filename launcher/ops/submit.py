@@ -11,18 +11,12 @@ import secrets as random
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 from launcher.errors import UsageError
+from launcher.ops import say
+from launcher.ops.jobs import job_connections
 from launcher.state.db import JobRecord, StateDB
-
-LOG = sys.stderr
-
-
-def say(text: str) -> None:
-    LOG.write(f"gpujob: {text}\n")
-    LOG.flush()
 
 
 @dataclass(frozen=True)
@@ -47,7 +41,8 @@ def new_job_id(name: str) -> str:
 def submit(options: SubmitOptions) -> int:
     early = None
     if options.on and not options.up and not options.dry_run:
-        from launcher.placement import EarlyContact, split_on
+        from launcher.ops.placement import EarlyContact
+        from launcher.plan.placement import split_on
 
         early = EarlyContact(split_on(options.on))
     try:
@@ -114,7 +109,8 @@ def _placement(
     options: SubmitOptions, spec: Any, image: Any, up_image: Any = None, early: Any = None
 ) -> Any:
     """Where the job runs: this machine, the `--on` hosts, or hosts `--up` rents now."""
-    from launcher import placement
+    from launcher.ops import placement
+    from launcher.plan.placement import node_hosts, split_on
 
     if options.on and options.up:
         raise UsageError("give --on or --up, not both")
@@ -128,7 +124,7 @@ def _placement(
     else:
         from launcher.providers import ssh as ssh_hosts
 
-        names = placement.node_hosts(placement.split_on(options.on), spec.nodes)
+        names = node_hosts(split_on(options.on), spec.nodes)
         entries, provider = [ssh_hosts.resolve_host(name) for name in names], "ssh"
     placed = placement.remote_placement(
         spec, image, entries, runtime=options.runtime, dry_run=options.dry_run,  # type: ignore[arg-type]
@@ -142,8 +138,8 @@ def _placement(
 def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[Any], str]:
     """`--up GPU[:N]`: one host per node from `gpujob up`'s own launch (all or nothing);
     a dry run shows the offers and rents nothing."""
-    from launcher.hosts_cmd import UpOptions, launch_hosts
-    from launcher.placement import image_reference
+    from launcher.ops.hosts import UpOptions, launch_hosts
+    from launcher.plan.placement import image_reference
     from launcher.providers.ssh import HostEntry
     from launcher.remote.keys import user_key
 
@@ -192,7 +188,7 @@ def _start(
         say(f"detached; follow it with: gpujob logs {job_id} -f")
         print(job_id)
         return 0
-    from launcher.joblogs import logs
+    from launcher.ops.logs import logs
 
     conns = job_connections(db.job(job_id), connections)
     return logs(job_id, follow=True, connections=conns, first_reads=first_reads)
@@ -209,43 +205,3 @@ def _secret_values(loaded: Any) -> dict[str, str]:
             )
         values[name] = os.environ[name]
     return values
-
-
-def job_or_fail(db: StateDB, reference: str) -> JobRecord:
-    job = db.job(reference)
-    if job is None:
-        raise UsageError(f"no job `{reference}`", "`gpujob status` lists the jobs")
-    return job
-
-
-def job_connections(job: JobRecord | None, opened: dict[str, Any] | None = None) -> list[Any]:
-    """One Connection per node, in rank order, shared by the nodes of one host (one SSH
-    connection per host for the whole command)."""
-    assert job is not None
-    if job.provider == "local":
-        from launcher.providers.local import local_connections
-
-        local = local_connections()
-        return [local[host] for host in job.hosts]
-    from launcher.providers import ssh as ssh_hosts
-
-    by_host = dict(opened or {})
-    conns = []
-    for record in job.hosts:
-        entry = ssh_hosts.HostEntry.from_record(record)
-        if entry.name not in by_host:
-            by_host[entry.name] = ssh_hosts.connect(entry)
-        conns.append(by_host[entry.name])
-    return conns
-
-
-def close_all(conns: list[Any]) -> None:
-    for conn in {id(c): c for c in conns}.values():
-        conn.close()
-
-
-def agent_argv(job: JobRecord, node_dir: str, *args: str) -> list[str]:
-    """The agent runs with the host's python3 on SSH hosts, with this Python locally."""
-    python = sys.executable if job.provider == "local" else "python3"
-    agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
-    return [python, agent, args[0], node_dir, *args[1:]]

@@ -12,12 +12,12 @@ import json
 import time
 from typing import Any
 
+from launcher.agent.states import TERMINAL, WORST_FIRST
 from launcher.errors import GpujobError
-from launcher.jobs import agent_argv, close_all, job_connections, job_or_fail, say
+from launcher.ops import say
+from launcher.ops.jobs import close_all, job_connections, job_or_fail
+from launcher.runtime.agent import agent_argv, python_for
 from launcher.state.db import JobRecord, StateDB
-
-TERMINAL = ("succeeded", "failed", "cancelled", "lost")
-ORDER = ("lost", "failed", "cancelled", "running", "starting", "succeeded")
 
 
 def status_rows(limit: int = 20) -> list[dict[str, Any]]:
@@ -97,7 +97,8 @@ def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
     except GpujobError:
         return None
     try:
-        results = [conn.run(agent_argv(job, node_dir, "status")) for conn, node_dir
+        python = python_for(job.provider)
+        results = [conn.run(agent_argv(python, node_dir, "status")) for conn, node_dir
                    in zip(conns, job.node_dirs, strict=True)]  # fmt: skip
         return [json.loads(r.stdout) for r in results] if all(r.ok for r in results) else None
     except (GpujobError, ValueError, OSError):
@@ -112,7 +113,7 @@ def _record(
     """The job's state from its nodes' (the worst wins) and the line to show: the last line
     of the node that decided it."""
     states = [s.get("state") for s in statuses]
-    for state in ORDER:
+    for state in WORST_FIRST:
         if state in states:
             node = next(s for s in statuses if s.get("state") == state)
             code = node.get("exit_code")
@@ -127,7 +128,8 @@ def _record(
 def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
     db = StateDB()
     job = job_or_fail(db, reference)
-    commands = [agent_argv(job, node_dir, "cancel", f"{grace_s:g}") for node_dir in job.node_dirs]
+    commands = [agent_argv(python_for(job.provider), node_dir, "cancel", f"{grace_s:g}")
+                for node_dir in job.node_dirs]
     if dry_run:
         import shlex
 

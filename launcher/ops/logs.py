@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.agent.states import TERMINAL
 from launcher.errors import GpujobError, UsageError
-from launcher.jobs import close_all, job_connections, job_or_fail, say
+from launcher.ops import say
+from launcher.ops.jobs import close_all, job_connections, job_or_fail
 from launcher.state.db import JobRecord, StateDB
 
 FAIL_FAST_GRACE_S = 10.0
@@ -123,11 +125,11 @@ def _logs(
         _quiet_stdout()
         return 0
     states = {stream.status.get("state") for stream in done}
-    if not (follow or states <= {"succeeded", "failed", "cancelled", "lost"}):
+    if not (follow or states <= TERMINAL):
         return 0
     code = job_exit_code(done)
     state = _job_state(done)
-    if state not in ("succeeded", "failed", "cancelled", "lost"):
+    if state not in TERMINAL:
         return 0
     texts = {s.rank: _tail_text(s) for s in done if s.status.get("state") in ("failed", "lost")}
     cause = pick_cause(done, texts) if len(done) > 1 else first_failure(done)
@@ -145,11 +147,12 @@ def _logs(
 
 
 def _cancel_nodes(job: JobRecord, conns: list[Any], skip: int) -> None:
-    from launcher.jobs import agent_argv
+    from launcher.runtime.agent import agent_argv, python_for
 
     for rank, node_dir in enumerate(job.node_dirs):
         if rank != skip:
-            conns[rank].run(agent_argv(job, node_dir, "cancel", f"{FAIL_FAST_GRACE_S:g}"))
+            conns[rank].run(agent_argv(python_for(job.provider), node_dir, "cancel",
+                                       f"{FAIL_FAST_GRACE_S:g}"))
 
 
 def _show_cause(cause: Any, text: str) -> None:

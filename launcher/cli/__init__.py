@@ -1,0 +1,42 @@
+"""The `gpujob` command line: click only, one module per command group, and the one place
+where a user's mistake becomes one line and an exit code (2 usage, 1 failure).
+
+Commands parse their options, call one function in `launcher.ops` (or a package below it)
+and print. Nothing below `cli` imports it. Heavy libraries (pydantic, paramiko, boto3,
+docker, jinja2, rich) are imported inside the command that needs them, so `gpujob --help`
+answers in a few times a bare `python -c pass`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from launcher.errors import ExitCode, GpujobError
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run one command line (without the program name) and exit with its code."""
+    import click
+
+    from launcher.cli.app import cli
+
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="gpujob", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(ExitCode.USAGE)
+    except click.exceptions.Abort:
+        click.echo("gpujob: aborted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except GpujobError as err:
+        if debug:
+            raise
+        click.echo(f"gpujob: error: {err.one_line()}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        click.echo("gpujob: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)

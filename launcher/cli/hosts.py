@@ -1,0 +1,100 @@
+"""`gpujob up`, `down`, `ssh` and `doctor`: hosts rented, hosts you have, and their checks."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(host: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND on HOST (gpujob ssh HOST -- CMD ...), or log in when no COMMAND is given.
+
+    HOST is a hosts.yaml name or user@addr[:port]; its key is pinned like `submit --on`'s.
+    """
+    from launcher.ops.shell import ssh_command
+
+    sys.exit(ssh_command(host, list(command)))
+
+
+@click.command()
+@click.argument("host")
+@click.option("--python", metavar="PATH", help="The Python that runs jobs there (default python3).")
+@click.option("--json", "as_json", is_flag=True, help="The verdicts as JSON.")
+def doctor(host: str, python: str | None, as_json: bool) -> None:
+    """Check HOST (`local`, a hosts.yaml name, a rented host, user@addr): GPUs, torch and CUDA,
+    a matmul per GPU, an all-reduce across them, heavy imports timed, disk, shm, memory."""
+    from launcher.doctor import run_doctor
+
+    sys.exit(run_doctor(host, python, as_json))
+
+
+@click.command()
+@click.argument("gpu", required=False)
+@click.option(
+    "--host",
+    metavar="HOST",
+    help="Make a machine you have ready instead (hosts.yaml name or user@addr[:port]).",
+)
+@click.option(
+    "--provider",
+    type=click.Choice(["lambda", "vast"]),
+    default="lambda",
+    show_default=True,
+    help="Which cloud rents the host.",
+)
+@click.option(
+    "--count",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Hosts to launch, in parallel.",
+)
+@click.option("--max-price", type=float, help="Highest $/hour per host.")
+@click.option("--region", help="Lambda region (us-east-1) or Vast country code (US).")
+@click.option("--disk", default=0, type=click.IntRange(min=0), help="Least disk, GB.")
+@click.option("--yes", "-y", is_flag=True, help="Launch without asking.")
+@click.option("--dry-run", is_flag=True, help="Show the offers; launch nothing.")
+@click.option(
+    "--timeout",
+    default=1200.0,
+    show_default=True,
+    help="Seconds to wait for SSH before giving up (and terminating).",
+)
+@click.option("--filesystem", metavar="NAME", help="Lambda: attach this persistent filesystem.")
+@click.option("--allow-cpu", is_flag=True, help="Accept hosts without an NVIDIA GPU (lab, demos).")
+@click.option("--image", help="Job image to have on the host (pulled if missing).")
+@click.option("--json", "as_json", is_flag=True, help="With --host: the checks as JSON.")
+@click.option(
+    "--bootstrap/--no-bootstrap",
+    default=True,
+    show_default=True,
+    help="Check and fix the host after SSH answers.",
+)
+def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
+    """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2), wait for SSH, and make them ready:
+    GPU and driver, Docker, disk and /dev/shm, the agent, rclone, the job image."""
+    from launcher.errors import UsageError
+    from launcher.ops.hosts import UpOptions, up_static
+    from launcher.ops.hosts import up as run_up
+
+    if host is not None:
+        sys.exit(up_static(host, UpOptions(gpu=kwargs.pop("gpu") or "", **kwargs), as_json))
+    if not kwargs["gpu"]:
+        raise UsageError("name a GPU (a100, h100:8) or a machine with --host", "gpujob up --help")
+    sys.exit(run_up(UpOptions(**kwargs)))
+
+
+@click.command()
+@click.argument("host", required=False)
+@click.option("--all", "everything", is_flag=True, help="Every gpujob host on every cloud.")
+@click.option("--dry-run", is_flag=True, help="Show what would be terminated.")
+def down(host: str | None, everything: bool, dry_run: bool) -> None:
+    """Terminate a host gpujob rented (HOST: name or instance id), or --all of them."""
+    from launcher.ops.hosts import down as run_down
+
+    sys.exit(run_down(host, everything, dry_run))

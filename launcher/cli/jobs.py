@@ -1,0 +1,96 @@
+"""`gpujob submit`, `logs`, `status`, `cancel` and `schema`: parse, call one function in
+`launcher.ops`, print. Only click is imported here; the rest inside each command."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set profile=gpu."
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--dry-run", is_flag=True, help="Print every file and command; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@click.option("--detach", "-d", is_flag=True, help="Start the job and return its id.")
+@click.option("--job-id", help="Use this job id instead of a new one.")
+@click.option(
+    "--on", multiple=True, metavar="HOST[,HOST]",
+    help="SSH host(s): hosts.yaml name or user@addr[:port]; one per node, node 0 first.",
+)  # fmt: skip
+@click.option("--up", metavar="GPU[:N]", help="Rent one host per node first, e.g. a100.")
+@click.option("--provider", type=click.Choice(["lambda", "vast"]), default="lambda",
+              show_default=True, help="With --up: which cloud.")  # fmt: skip
+@click.option("--runtime", type=click.Choice(["auto", "docker", "bare"]), default="auto",
+              show_default=True, help="auto: docker where the host has it.")  # fmt: skip
+@click.option("--allow-cpu", is_flag=True, help="With --up: accept hosts without a GPU (lab).")
+def submit(**kwargs: Any) -> None:
+    """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
+    from launcher.ops.submit import SubmitOptions
+    from launcher.ops.submit import submit as run_submit
+
+    sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
+
+
+@click.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("--node", type=int, help="Only this node's log (multi-node jobs).")
+@click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
+def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
+    """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
+    from launcher.ops.logs import logs as show_logs
+
+    sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--limit", default=20, show_default=True, help="How many jobs, newest first.")
+def status(as_json: bool, limit: int) -> None:
+    """Show rented hosts (price, uptime, cost so far) and jobs (state, each node's state,
+    runtime, exit code, last line). --json: {"hosts": [...], "jobs": [...]}."""
+    from launcher.cli.textout import table
+    from launcher.ops.status import for_table, status_rows
+    from launcher.state.hosts import host_rows
+
+    rows, hosts = status_rows(limit), host_rows()
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"hosts": hosts, "jobs": rows}, indent=2))
+        return
+    if hosts:
+        columns = ("name", "provider", "gpu", "status", "address", "price_per_hour",
+                   "uptime_h", "cost_so_far")  # fmt: skip
+        click.echo(table(hosts, columns) + "\n")
+    if not rows:
+        click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
+        return
+    columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
+    click.echo(table(for_table(rows), columns))
+
+
+@click.command()
+@click.argument("job")
+@click.option("--grace", default=30.0, show_default=True, help="Seconds between TERM and KILL.")
+@click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
+def cancel(job: str, grace: float, dry_run: bool) -> None:
+    """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
+    from launcher.ops.status import cancel as run_cancel
+
+    sys.exit(run_cancel(job, grace, dry_run))
+
+
+@click.command()
+def schema() -> None:
+    """Print the job spec's JSON Schema (for editor completion)."""
+    import json
+
+    from launcher.spec.job import JobSpec
+
+    click.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
