@@ -5,8 +5,17 @@ and `gpujob sync-ckpt` runs this same file on the job's host (or here, for local
 one implementation decides what moves and how it is checked.
 
 Order of a push, per batch of checkpoints: copy the data (markers excluded), `rclone check`
-it (sizes and MD5s), then upload the markers. A marker in S3 therefore means a verified copy;
-a push cut off at any point leaves a prefix without one, which nobody counts as a checkpoint.
+it (sizes and MD5s), list it against the files each marker promises, then upload the markers.
+A marker in S3 therefore means a verified copy; a push cut off at any point leaves a prefix
+without one, which nobody counts as a checkpoint.
+
+The host's copy can vanish mid-push: the training program prunes its own checkpoints
+(save_total_limit, the quickstart's keep_last), and `rclone copy` then still exits 0 (its
+retries list the folder again and find nothing left to send), `rclone check --one-way` finds
+nothing to compare, and no marker is sent. Nobody would ever push that checkpoint again, so
+the push itself removes what it left in S3 (`Moved.dropped`), and `discard` does it later
+for a push that failed before it could.
+
 A pull copies data, checks it against S3 and against the marker's file list, then the marker.
 
 Credentials never reach argv: they come as RCLONE_CONFIG_* variables from the caller's
@@ -61,6 +70,44 @@ class Moved:
     bytes: int
     skipped: bool = False
     verified: bool = False
+    dropped: bool = False
+    """Deleted on the host during its push: what the push had sent of it was removed (a copy
+    whole under its own, older marker would have stayed)."""
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """One checkpoint's promise as a push read it before copying: its marker's MD5 and the
+    files that marker lists. Read once, so that S3 and the host are both held to the same
+    promise when the push decides whether the checkpoint landed or was deleted under it."""
+
+    path: Path
+    marker_md5: str
+    files: dict[str, int]
+
+    @classmethod
+    def read(cls, path: Path) -> _Sent:
+        body = (path / ckpt_store.MARKER).read_bytes()
+        try:
+            listed = json.loads(body)["files"]
+            files = {str(rel): int(size) for rel, size in listed.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            files = ckpt_store.files_of(path)  # a marker without a usable list: the folder's
+        return cls(path, hashlib.md5(body).hexdigest(), files)
+
+    def intact(self) -> bool:
+        """The host still holds what was promised: a folder being deleted (rmtree goes file by
+        file, the marker maybe last) or already gone is not, nor one saved again since."""
+        try:
+            body = (self.path / ckpt_store.MARKER).read_bytes()
+            have = ckpt_store.files_of(self.path)
+        except OSError:
+            return False
+        return hashlib.md5(body).hexdigest() == self.marker_md5 and _holds(have, self.files)
+
+
+def _holds(have: dict[str, int], promised: dict[str, int]) -> bool:
+    return all(have.get(rel) == size for rel, size in promised.items())
 
 
 def rclone_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -165,6 +212,65 @@ def remote_markers(rc: Rclone, remote: str) -> dict[str, str]:
     return found
 
 
+def _listing(rc: Rclone, remote: str, names: list[str]) -> dict[str, dict[str, int]]:
+    """name -> {file: size} of what S3 holds under `remote/name`, marker included. Sizes only:
+    MD5s of multipart objects would cost a HEAD each, and `rclone check` compared those."""
+    out = rc.run(
+        "lsjson",
+        remote,
+        "-R",
+        "--files-only",
+        "--no-modtime",
+        "--no-mimetype",
+        *_filters([*(f"+ /{n}/**" for n in names), "- **"]),
+        what=f"listing {remote}",
+        capture=True,
+        changes=False,
+    )
+    found: dict[str, dict[str, int]] = {}
+    for item in json.loads(out or "[]"):
+        name, _, rel = item["Path"].partition("/")
+        found.setdefault(name, {})[rel] = int(item["Size"])
+    return found
+
+
+def _whole_there(rc: Rclone, remote: str, name: str, there: dict[str, int]) -> bool:
+    """A copy complete under its own marker (an earlier push of an older save of that name):
+    not this push's leftover, so it stays."""
+    if ckpt_store.MARKER not in there:
+        return False
+    marker = f"{remote}/{name}/{ckpt_store.MARKER}"
+    try:
+        body = rc.run("cat", marker, what=f"reading {marker}", capture=True, changes=False)
+        promised = {str(k): int(v) for k, v in json.loads(body)["files"].items()}
+    except (SyncError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return _holds(there, promised)
+
+
+def _remove_partial(rc: Rclone, remote: str, name: str, there: dict[str, int]) -> None:
+    where = f"{remote}/{name}"
+    if ckpt_store.MARKER in there:  # first, so no reader meets a marker over half a folder
+        rc.run("deletefile", f"{where}/{ckpt_store.MARKER}", what=f"removal of {where}'s marker")
+    rc.run("purge", where, what=f"removal of the partial copy {where}")
+
+
+def discard(rc: Rclone, remote: str, names: list[str]) -> list[str]:
+    """Remove what pushes of `names` left in S3 without its marker; the caller knows they are
+    gone from the host, so no push will ever finish them. A copy whole under its own marker
+    stays. Returns the names whose leftovers were removed."""
+    if not names:
+        return []
+    arrived = _listing(rc, remote, names)
+    removed = []
+    for name in names:
+        there = arrived.get(name)
+        if there and not _whole_there(rc, remote, name, there):
+            _remove_partial(rc, remote, name, there)
+            removed.append(name)
+    return removed
+
+
 def choose(names: list[str], latest: bool, step: int | None, where: str) -> list[str]:
     ordered = sorted(names, key=lambda n: ckpt_store.step_of(n) or 0)
     if step is not None:
@@ -196,21 +302,25 @@ def push(
     else:
         wanted = choose(list(local), latest, step, str(root))
     there = remote_markers(rc, remote)
-    moved, todo = [], []
+    moved: list[Moved] = []
+    todo: dict[str, _Sent] = {}
     for name in wanted:
         ckpt = local[name]
-        files = ckpt_store.files_of(ckpt.path)
-        item = Moved(name, ckpt.step, len(files), sum(files.values()))
-        digest = hashlib.md5((ckpt.path / ckpt_store.MARKER).read_bytes()).hexdigest()
-        if there.get(name) == digest:
+        try:
+            sent = _Sent.read(ckpt.path)
+        except OSError:
+            continue  # deleted since the scan: nothing of it was sent
+        item = Moved(name, ckpt.step, len(sent.files), sum(sent.files.values()))
+        if there.get(name) == sent.marker_md5:
             item.skipped = item.verified = True
         else:
-            todo.append(name)
+            todo[name] = sent
         moved.append(item)
     if todo:
-        _transfer(rc, str(root), remote, todo)
+        dropped = _send(rc, str(root), remote, todo)
         for item in moved:
-            item.verified = True
+            item.dropped = item.name in dropped
+            item.verified = not item.dropped
     return moved
 
 
@@ -240,13 +350,75 @@ def _filters(rules: list[str]) -> list[str]:
     return [arg for rule in rules for arg in ("--filter", rule)]
 
 
+def _data_filters(names: list[str]) -> list[str]:
+    return _filters([f"- /*/{ckpt_store.MARKER}", *(f"+ /{n}/**" for n in names), "- **"])
+
+
+def _marker_filters(names: list[str]) -> list[str]:
+    return _filters([*(f"+ /{n}/{ckpt_store.MARKER}" for n in names), "- **"])
+
+
 def _transfer(rc: Rclone, source: str, dest: str, names: list[str]) -> None:
-    marker = ckpt_store.MARKER
-    data = _filters([f"- /*/{marker}", *(f"+ /{n}/**" for n in names), "- **"])
-    markers = _filters([*(f"+ /{n}/{marker}" for n in names), "- **"])
+    data, markers = _data_filters(names), _marker_filters(names)
     rc.run("copy", source, dest, *TUNED, *data, what=f"copy to {dest}")
     rc.run("check", source, dest, "--one-way", *data, what=f"check of {dest} against {source}")
     rc.run("copy", source, dest, *TUNED, *markers, what=f"copy of the markers to {dest}")
+
+
+def _send(rc: Rclone, root: str, remote: str, todo: dict[str, _Sent]) -> set[str]:
+    """A push's transfer: data, check, then markers only for checkpoints whose data in S3
+    holds what their marker promises and whose host copy still does (a folder listed by
+    rclone half-deleted checks clean against itself). Returns the checkpoints deleted on the
+    host meanwhile, their partial copies removed; raises if one still here did not land."""
+    names = list(todo)
+    data = _data_filters(names)
+    failed: SyncError | None = None
+    try:
+        rc.run("copy", root, remote, *TUNED, *data, what=f"copy to {remote}")
+        rc.run("check", root, remote, "--one-way", *data, what=f"check of {remote} against {root}")
+    except SyncError as err:
+        failed = err  # maybe only a folder deleted under rclone: settled below
+    if rc.dry_run:
+        _copy_markers(rc, root, remote, names)
+        return set()
+    if failed is None:
+        arrived = _listing(rc, remote, names)
+        ready = [n for n in names if _holds(arrived.get(n, {}), todo[n].files) and todo[n].intact()]
+        try:
+            _copy_markers(rc, root, remote, ready)
+        except SyncError as err:
+            failed = err
+    return _settle(rc, remote, todo, failed)
+
+
+def _copy_markers(rc: Rclone, root: str, remote: str, names: list[str]) -> None:
+    if names:
+        markers = _marker_filters(names)
+        rc.run("copy", root, remote, *TUNED, *markers, what=f"copy of the markers to {remote}")
+
+
+def _settle(rc: Rclone, remote: str, todo: dict[str, _Sent], failed: SyncError | None) -> set[str]:
+    """Each checkpoint either landed (the marker read at the start, over the files it lists),
+    or is gone from the host and its leftovers are removed, or it is an error to retry."""
+    names = list(todo)
+    there, arrived = remote_markers(rc, remote), _listing(rc, remote, names)
+    dropped, missing = set(), []
+    for name, sent in todo.items():
+        files = arrived.get(name, {})
+        if there.get(name) == sent.marker_md5 and _holds(files, sent.files):
+            continue
+        if sent.intact():
+            missing.append(name)
+            continue
+        if files and not _whole_there(rc, remote, name, files):
+            _remove_partial(rc, remote, name, files)
+        dropped.add(name)
+    if missing:
+        raise failed or SyncError(
+            f"{', '.join(missing)}: not whole in {remote} after the push (files missing or "
+            "of other sizes than the marker lists)"
+        )
+    return dropped
 
 
 def main(argv: list[str]) -> int:
@@ -284,6 +456,8 @@ def main(argv: list[str]) -> int:
             print(shlex.join(argv_))
         for m in moved:
             state = "already there" if m.skipped else ("planned" if args.dry_run else "verified")
+            if m.dropped:
+                state = "deleted here during the push; its partial copy was removed"
             print(f"{m.name}: {m.files} file(s), {m.bytes} bytes, {state}")
     return 0
 

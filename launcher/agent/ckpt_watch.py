@@ -78,6 +78,10 @@ class Watcher:
     env: dict[str, str] = field(default_factory=dict)
     hook_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     synced: set[str] = field(default_factory=set)
+    unsettled: set[str] = field(default_factory=set)
+    """Names handed to a push that has not settled them yet (landed, or dropped with its
+    leftovers removed): one the program deletes before that happens may have left a partial
+    copy in S3 that no later push would touch, so a later look removes it (`discard`)."""
     hooked: set[str] = field(default_factory=set)
     adopter: ckpt_store.Adopter = field(default_factory=ckpt_store.Adopter)
     hook: tuple[str, subprocess.Popen[bytes]] | None = None
@@ -181,18 +185,29 @@ class Watcher:
                 return
             self.syncing.join()
         todo = [c.name for c in done if c.name not in self.synced and c.path.is_dir()]
-        if not todo:
+        gone = sorted(
+            self.unsettled - {c.name for c in done}, key=lambda n: ckpt_store.step_of(n) or 0
+        )
+        if not todo and not gone:
             return
         if wait:
-            self._push(todo)
+            self._push(todo, gone)
             return
-        self.syncing = threading.Thread(target=self._push, args=(todo,), name="gpujob-sync")
+        self.syncing = threading.Thread(target=self._push, args=(todo, gone), name="gpujob-sync")
         self.syncing.start()
 
-    def _push(self, todo: list[str]) -> None:
+    def _push(self, todo: list[str], gone: list[str] | None = None) -> None:
+        """Push `todo`, after removing from S3 what failed pushes left of `gone` (names tried
+        before whose host copy has vanished since)."""
+        assert self.config.sync_to is not None
         rc = ckpt_sync.Rclone(self.env, log=self.log_fd)
         try:
-            ckpt_sync.push(self.config.root, self.config.sync_to, rc, names=todo)
+            for name in ckpt_sync.discard(rc, self.config.sync_to, gone or []):
+                self.say(f"{name}: removed its partial copy from {self.config.sync_to} (deleted "
+                         "on this host before its push finished)")  # fmt: skip
+            self.unsettled.difference_update(gone or [])
+            self.unsettled.update(todo)
+            moved = ckpt_sync.push(self.config.root, self.config.sync_to, rc, names=todo)
         except (ckpt_sync.SyncError, OSError) as err:
             self.sync_failures += 1
             self.say(
@@ -201,8 +216,17 @@ class Watcher:
             )
             self.publish({"sync": {"failures": self.sync_failures, "error": str(err)}})
             return
-        self.synced.update(todo)
-        self.say(f"synced {', '.join(todo)} to {self.config.sync_to} (verified)")
+        landed = [m.name for m in moved if m.verified]
+        dropped = [m.name for m in moved if m.dropped]
+        self.synced.update(landed)
+        self.unsettled.difference_update(landed + dropped)  # the rest vanished before it was read
+        if dropped:
+            self.say(
+                f"{', '.join(dropped)}: deleted on this host during the push (the program's own "
+                f"retention?); its partial copy was removed from {self.config.sync_to}"
+            )
+        if landed:
+            self.say(f"synced {', '.join(landed)} to {self.config.sync_to} (verified)")
         self.publish(
             {
                 "sync": {
