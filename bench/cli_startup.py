@@ -1,5 +1,5 @@
-"""CLI start-up: `gpujob --help` and `gpujob status` against `python -c pass` of the same venv;
-`status` as served by the resident gpujob and in a process of its own (GPUJOB_RESIDENT=0).
+"""CLI start-up: `gpujob --help` and `gpujob status` against `python -c pass` of the same venv
+(issue 15 targets: `--help` under 3x, `status` under 4x).
 
 Runs are interleaved (baseline, help, status, baseline, ...) so load on the machine hits all
 three alike; medians of N runs; ratios printed. Also lists which heavy modules each command
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HEAVY = ("paramiko", "boto3", "docker", "jinja2", "pydantic", "rich", "torch", "yaml", "fabric")
+HEAVY = ("paramiko", "boto3", "docker", "jinja2", "pydantic", "rich", "torch", "yaml")
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -50,17 +50,13 @@ def main() -> None:
         "python -c pass": [python, "-c", "pass"],
         "gpujob --help": [gpujob, "--help"],
         "gpujob status": [gpujob, "status"],
-        "status, not resident": [gpujob, "status"],
     }
-    alone = dict(env, GPUJOB_RESIDENT="0")
-    envs = {name: alone if "not resident" in name else env for name in commands}
-    for name, argv in commands.items():
-        timed(argv, envs[name])  # warm the page cache and .pyc files; start the resident one
-    time.sleep(2)  # its imports done
+    for argv in commands.values():
+        timed(argv, env)  # warm the page cache and .pyc files
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(args.runs):
         for name, argv in commands.items():
-            times[name].append(timed(argv, envs[name]))
+            times[name].append(timed(argv, env))
     base = statistics.median(times["python -c pass"])
     print(f"interpreter: {python} (the venv's, not the PATH shim); median of {args.runs} runs")
     for name, samples in times.items():
@@ -69,9 +65,9 @@ def main() -> None:
     for name, cli_args in (("--help", ["--help"]), ("status", ["status"])):
         found = heavy_imports(python, cli_args, env)
         print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
-    from launcher.remote.openssh import close_state as close
+    from launcher.remote.openssh import close_state
 
-    close(Path(env["GPUJOB_STATE_DIR"]))  # the resident gpujob it started, and its folder
+    close_state(Path(env["GPUJOB_STATE_DIR"]))
 
 
 if __name__ == "__main__":

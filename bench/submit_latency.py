@@ -1,5 +1,5 @@
 """Time from `gpujob submit` to the job's first log line on a ready lab host, against raw
-`ssh host docker run IMAGE echo` in the same run (issue 8 target: ratio under 1.5).
+`ssh host docker run IMAGE echo` in the same run (issues 8 and 15: ratio under 1.5).
 
 The job's first log line is the one its run script prints in the container just before it
 execs torchrun (the same event as the baseline's `echo`: the container runs and speaks).
@@ -7,10 +7,8 @@ The program's own first line comes after torchrun has imported torch; that time 
 too, beside a second baseline doing the same work over raw ssh + docker (torchrun starting
 a one-line program). All alternate, round by round, on one host that already has the
 image. gpujob's connection to the host stays open between its commands (OpenSSH's
-ControlPersist), and a resident gpujob runs the command with its modules imported
-(resident.py), as they do for a user; each round also times a submit without the resident
-process (GPUJOB_RESIDENT=0), and one that has to open the connection (the baseline opens
-one every time). `--delay-ms 25` puts the host 50 ms away (round
+ControlPersist), as it does for a user; each round also times a submit that has to open
+the connection (the baseline opens one every time). `--delay-ms 25` puts the host 50 ms away (round
 trip) behind a delaying proxy, for both.
 Usage (root, lab up): .venv/bin/python bench/submit_latency.py [--delay-ms 25]
 """
@@ -80,22 +78,19 @@ def main() -> None:
         first_line_s(gpujob, host.env)  # first contact pins the key and ships the workdir
         state = Path(host.env["GPUJOB_STATE_DIR"])
         results: dict[str, list[float]] = {
-            "gpujob": [], "program": [], "own": [], "cold": [], "echo": [], "torchrun": []
+            "gpujob": [], "program": [], "cold": [], "echo": [], "torchrun": []
         }  # fmt: skip
         for _ in range(rounds):
             results["echo"].append(first_line_s(echo)[0])
             first, program = first_line_s(gpujob, host.env, b"first line")
             results["gpujob"].append(first)
             results["program"].append(program)
-            own = dict(host.env, GPUJOB_RESIDENT="0")  # imports everything itself
-            results["own"].append(first_line_s(gpujob, own)[0])
             stop_masters(state)  # the next submit opens the connection itself
             results["cold"].append(first_line_s(gpujob, host.env)[0])
             results["torchrun"].append(first_line_s(torchrun)[0])
     med = {key: statistics.median(values) for key, values in results.items()}
     names = {"gpujob": "gpujob submit, the job's first line", "program": "gpujob submit, "
-             "the program's first line", "own": "gpujob submit, first line, not resident",
-             "cold": "gpujob submit, first line, no connection yet",
+             "the program's first line", "cold": "gpujob submit, first line, no connection yet",
              "echo": "ssh host docker run IMAGE echo",
              "torchrun": "ssh host docker run IMAGE torchrun one-line.py"}  # fmt: skip
     for key, values in results.items():
@@ -103,7 +98,6 @@ def main() -> None:
             f"{names[key]:48s} median {med[key]:.2f} s  ({', '.join(f'{v:.2f}' for v in values)})"
         )
     print(f"ratio first line / ssh docker run echo:       {med['gpujob'] / med['echo']:.2f}")
-    print(f"  the same, without the resident gpujob:      {med['own'] / med['echo']:.2f}")
     print(f"  the same, no connection open yet:           {med['cold'] / med['echo']:.2f}")
     print(f"ratio program line / ssh docker run torchrun: {med['program'] / med['torchrun']:.2f}")
 

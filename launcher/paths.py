@@ -17,16 +17,13 @@ bytes, which a state dir's own path may already exceed, and two state dirs (two 
 pinned keys, two test runs) never share a socket. The folder is the user's own and private:
 a socket there is a logged-in connection.
 
-Standard library only (platformdirs is imported when a default is needed): every layer
-imports this module.
+Standard library only, and cheap to import (platformdirs, tempfile and hashlib load when
+a path is asked for): every layer imports this module, `gpujob status` included.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from launcher.errors import GpujobError
@@ -87,6 +84,9 @@ SOCKET_PATH_MAX = 104  # the least of Linux's 108 and the BSDs' 104
 
 def run_dir_path(state: Path | None = None) -> Path:
     """Under $TMPDIR, or /tmp where $TMPDIR is too long for a socket path (macOS's is)."""
+    import hashlib
+    import tempfile
+
     tag = hashlib.sha1(str((state or state_dir()).resolve()).encode()).hexdigest()[:12]
     base = Path(tempfile.gettempdir())
     if len(str(base)) + len(f"/gpujob-{os.getuid()}/{tag}") + SOCKET_NAME_ROOM > SOCKET_PATH_MAX:
@@ -101,6 +101,8 @@ def existing_run_dir(state: Path | None = None) -> Path | None:
 
 def run_dir(state: Path | None = None) -> Path:
     """The folder, made private if it is not there; refuses one someone else planted."""
+    import contextlib
+
     where = run_dir_path(state)
     for folder in (where.parent, where):
         with contextlib.suppress(FileExistsError):

@@ -9,10 +9,18 @@ import click
 
 from launcher.errors import UsageError
 
-INSTALL = "from a gpujob checkout: pip install -e '.[lab]'"
+INSTALL = "install it from a gpujob checkout: pip install -e '.[lab]'"
 
 
 def _lab() -> ModuleType:
+    """`infra.lab`, from the path or from the checkout this launcher runs from (an editable
+    install maps only `launcher`, so the console script does not see `infra/` beside it)."""
+    import sys
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "infra" / "lab").is_dir() and str(checkout) not in sys.path:
+        sys.path.append(str(checkout))
     try:
         import infra.lab
     except ModuleNotFoundError as err:

@@ -57,6 +57,25 @@ def _wait(state: RetryCallState) -> float:
     return exp
 
 
+def bearer_client(
+    cloud: str,
+    key: str | None,
+    key_variable: str,
+    key_page: str,
+    url: str,
+    describe_error: Callable[..., str],
+) -> ApiClient:
+    """A cloud's client, its key in an `Authorization: Bearer` header only (a query
+    parameter ends up in proxies' logs); a missing key is a usage error naming where to
+    make one."""
+    from launcher.errors import UsageError
+
+    key = key or os.environ.get(key_variable)
+    if not key:
+        raise UsageError(f"{key_variable} is not set", f"create one at {key_page}")
+    return ApiClient(cloud, url, {"Authorization": f"Bearer {key}"}, describe_error)
+
+
 class ApiClient:
     """`call(method, path, ...)` -> parsed JSON. `describe_error(reply)` turns an error reply
     into the cloud's own words; it differs per cloud."""

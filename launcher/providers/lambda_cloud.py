@@ -54,14 +54,17 @@ class LambdaCloud:
     ssh_user = "ubuntu"
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:
-        from launcher.providers.http import ApiClient
+        from launcher.providers.http import bearer_client
 
-        key = api_key or os.environ.get("LAMBDA_API_KEY")
-        if not key:
-            raise UsageError("LAMBDA_API_KEY is not set",
-                             "create one at https://cloud.lambda.ai/api-keys")  # fmt: skip
         url = base_url or os.environ.get("GPUJOB_LAMBDA_API_URL") or DEFAULT_URL
-        self.api = ApiClient(self.name, url, {"Authorization": f"Bearer {key}"}, _describe_error)
+        self.api = bearer_client(
+            self.name,
+            api_key,
+            "LAMBDA_API_KEY",
+            "https://cloud.lambda.ai/api-keys",
+            url,
+            _describe_error,
+        )
         # Lambda logs in on 22; the lab's hosts too. Only a tunnel would change it.
         self.ssh_port = int(os.environ.get("GPUJOB_LAMBDA_SSH_PORT", "22"))
         # Lambda's images log in as ubuntu; the lab's hosts know only root.

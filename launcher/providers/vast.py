@@ -16,7 +16,6 @@ import os
 import time
 from typing import Any
 
-from launcher.errors import UsageError
 from launcher.providers.base import (
     TAG,
     CapacityError,
@@ -56,15 +55,17 @@ class Vast:
     ssh_user = "root"
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:
-        from launcher.providers.http import ApiClient
+        from launcher.providers.http import bearer_client
 
-        key = api_key or os.environ.get("VAST_API_KEY")
-        if not key:
-            raise UsageError("VAST_API_KEY is not set",
-                             "create one at https://cloud.vast.ai/manage-keys")  # fmt: skip
         url = (base_url or os.environ.get("GPUJOB_VAST_API_URL") or DEFAULT_URL).rstrip("/")
-        # The key goes in a header only: a query parameter ends up in proxies' logs.
-        self.api = ApiClient(self.name, url, {"Authorization": f"Bearer {key}"}, _describe_error)
+        self.api = bearer_client(
+            self.name,
+            api_key,
+            "VAST_API_KEY",
+            "https://cloud.vast.ai/manage-keys",
+            url,
+            _describe_error,
+        )
         self.v1_list = url.rsplit("/api/v0", 1)[0] + "/api/v1/instances/"
         self.image = os.environ.get("GPUJOB_VAST_IMAGE", DEFAULT_IMAGE)
 

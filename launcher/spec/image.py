@@ -11,11 +11,11 @@ import json
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from launcher.errors import UsageError
 from launcher.spec.job import StrictModel
+from launcher.spec.yaml_lines import dotted, read_yaml
 
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 HOST_IMAGE = "host"
@@ -110,14 +110,13 @@ def load_image_definition(reference: str, spec_dir: Path) -> ImageDefinition | N
 def load_definition_file(path: Path) -> tuple[ImageDefinition, dict[str, int]]:
     """The definition and the line of each top-level key and requirement (`requirements.3`),
     so that a refusal can point at the line to change."""
-    try:
-        text = path.read_text()
-        data = yaml.safe_load(text)
-        lines = _key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read the image definition: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: YAML syntax error: {err}") from None
+    data, where_written = read_yaml(
+        path,
+        "image definition",
+        "an image definition is a mapping of keys such as `name`, `python`, `torch`",
+        "see images/lab-cpu.yaml",
+    )
+    lines = dotted(where_written)
     try:
         return ImageDefinition.model_validate(data), lines
     except ValidationError as err:
@@ -126,18 +125,3 @@ def load_definition_file(path: Path) -> tuple[ImageDefinition, dict[str, int]]:
         line = lines.get(field) or lines.get(str(first["loc"][0]) if first["loc"] else "", 0)
         where = f"{path}:{line}" if line else str(path)
         raise UsageError(f"{where}: {field}: {first['msg']}") from None
-
-
-def _key_lines(node: yaml.Node | None) -> dict[str, int]:
-    lines: dict[str, int] = {}
-    if not isinstance(node, yaml.MappingNode):
-        return lines
-    for key, value in node.value:
-        lines[str(key.value)] = key.start_mark.line + 1
-        if isinstance(value, yaml.SequenceNode):
-            for index, item in enumerate(value.value):
-                lines[f"{key.value}.{index}"] = item.start_mark.line + 1
-        elif isinstance(value, yaml.MappingNode):
-            for sub, _ in value.value:
-                lines[f"{key.value}.{sub.value}"] = sub.start_mark.line + 1
-    return lines

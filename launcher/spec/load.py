@@ -20,8 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from launcher.errors import UsageError
 from launcher.spec.job import FieldError, JobSpec
-
-Path_ = tuple[str | int, ...]
+from launcher.spec.yaml_lines import Path_, read_yaml
 
 
 @dataclass(frozen=True)
@@ -41,13 +40,12 @@ class LoadedSpec:
 
 def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such job spec", "check the path") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read the job spec: {err.strerror}") from None
-    data, lines = _parse_yaml(text, str(path))
+    data, lines = read_yaml(
+        path,
+        "job spec",
+        "a job spec is a mapping of keys such as `name`, `image`, `run`",
+        "see jobs/quickstart.yaml or `gpujob schema`",
+    )
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
 
     overrides = [_parse_set(item) for item in sets]
@@ -67,42 +65,6 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     except ValidationError as err:
         raise UsageError(_explain(err, origins, str(path))) from None
     return LoadedSpec(spec=spec, path=path, origins=origins)
-
-
-def _parse_yaml(text: str, filename: str) -> tuple[dict[str, Any], dict[Path_, int]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        raise UsageError(
-            f"{where}: YAML syntax error: {err.problem or err.context}",
-            "fix the YAML at that line (indentation, a missing `:` or an unclosed quote)",
-        ) from None
-    except yaml.YAMLError as err:
-        raise UsageError(f"{filename}: YAML error: {err}") from None
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"{filename}:1: a job spec is a mapping of keys such as `name`, `image`, `run`",
-            "see jobs/quickstart.yaml or `gpujob schema`",
-        )
-    lines: dict[Path_, int] = {}
-    _record_lines(node, (), lines)
-    return data, lines
-
-
-def _record_lines(node: yaml.Node, loc: Path_, lines: dict[Path_, int]) -> None:
-    lines[loc] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = (*loc, key_node.value)
-            lines[key] = key_node.start_mark.line + 1
-            _record_lines(value_node, key, lines)
-            lines[key] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _record_lines(item, (*loc, index), lines)
 
 
 def _parse_set(item: str) -> tuple[Path_, Any]:
