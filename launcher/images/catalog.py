@@ -17,6 +17,9 @@ from packaging.version import Version
 
 @dataclass(frozen=True)
 class FlashAttnRow:
+    """A flash-attn release and the torch, CUDA and Python builds it ships wheels for; the
+    ABI its wheels need (`correct_abi`), so a mismatched torch build is refused up front."""
+
     version: str
     torch: str
     cuda: tuple[str, ...]

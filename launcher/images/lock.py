@@ -16,23 +16,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.errors import UsageError
+from launcher.images.wheels import WheelRecord
 
 PROVENANCE = ("catalog_sha256", "definition_sha256", "comment", "notes")
 # A wheel's identity; its url, source and requires say how it was found and checked, and may
 # differ between machines without changing the image.
 IDENTITY = ("name", "version", "filename", "sha256")
-
-
-@dataclass(frozen=True)
-class LockedWheel:
-    name: str
-    version: str
-    filename: str
-    url: str
-    sha256: str | None
-    source: str
-    requires: list[str] | None
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -45,7 +34,8 @@ class Lock:
     cxx11abi: bool
     catalog_sha256: str
     definition_sha256: str
-    packages: list[LockedWheel]
+    packages: list[WheelRecord]
+    """Sorted requirements each, so a lock's text is the same on every machine."""
     notes: list[str] = field(default_factory=list)
     deepspeed_ops: list[str] = field(default_factory=list)
 
@@ -87,7 +77,7 @@ def parse_lock(text: str, where: str) -> Lock:
         stated = data.pop("lock_hash")
         for key in ("unknown_hashes", "comment"):
             data.pop(key, None)
-        packages = [LockedWheel(**p) for p in data.pop("packages")]
+        packages = [WheelRecord.from_json(p) for p in data.pop("packages")]
         lock = Lock(packages=packages, **data)
     except (ValueError, KeyError, TypeError) as err:
         raise UsageError(f"{where}: not a gpujob lock ({err})", "run `gpujob image lock`") from None

@@ -13,7 +13,7 @@ from packaging.version import Version
 
 from launcher.images import rules
 from launcher.images.catalog import Catalog, cuda_version
-from launcher.images.lock import Lock, LockedWheel
+from launcher.images.lock import Lock
 from launcher.images.rules import Refusal, Stack
 from launcher.images.wheels import WheelRecord, best_wheel, flash_attn_wheel, torch_family_wheel
 from launcher.spec.image import ImageDefinition
@@ -72,7 +72,7 @@ def resolve(
     refusals += _closure(chosen, stack.python)
     if refusals:
         raise Refused(refusals)
-    packages = [_locked(record) for _, (_, record) in sorted(chosen.items())]
+    packages = [record.locked() for _, (_, record) in sorted(chosen.items())]
     abi = catalog.cxx11abi(stack.torch, stack.variant)
     notes = [f"{p.filename}: sha256 unknown here; {p.source}" for p in packages if p.sha256 is None]
     unread = [p.name for p in packages if p.requires is None]
@@ -263,17 +263,4 @@ def _unmet(
         f"{requirement.name} {versions[dep]} is pinned",
         f"a {requirement.name} in {requirement.specifier}, or a {record.name} that accepts "
         f"{versions[dep]}",
-    )
-
-
-def _locked(record: WheelRecord) -> LockedWheel:
-    return LockedWheel(
-        name=record.name,
-        version=record.version,
-        filename=record.filename,
-        url=record.url,
-        sha256=record.sha256,
-        source=record.source,
-        requires=sorted(record.requires) if record.requires is not None else None,
-        notes=list(record.notes),
     )

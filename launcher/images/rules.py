@@ -17,6 +17,9 @@ FAMILY = ("torch", "torchvision", "torchaudio", "flash-attn", "deepspeed")
 
 @dataclass(frozen=True)
 class Refusal:
+    """A pin the rules refuse: which rule, at which field, why, and the nearest pins that
+    would pass (so the error says what to write instead)."""
+
     rule: str
     field: str
     message: str

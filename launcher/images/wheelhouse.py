@@ -14,7 +14,8 @@ from urllib.parse import unquote, urlparse
 
 from launcher.errors import GpujobError
 from launcher.images.index import file_sha256
-from launcher.images.lock import Lock, LockedWheel
+from launcher.images.lock import Lock
+from launcher.images.wheels import WheelRecord
 
 
 class HashMismatch(GpujobError):
@@ -64,7 +65,7 @@ def fetch(
     return paths
 
 
-def _fetch_one(wheel: LockedWheel, target: Path, dirs: list[Path]) -> None:
+def _fetch_one(wheel: WheelRecord, target: Path, dirs: list[Path]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, scratch_name = tempfile.mkstemp(dir=target.parent, suffix=".part")
     os.close(handle)

@@ -3,7 +3,8 @@ target interpreter can install: the pure half of reading an index."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import quote
 
 from packaging.tags import Tag
@@ -28,6 +29,18 @@ class WheelRecord:
     @property
     def key(self) -> str:
         return canonicalize_name(self.name)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WheelRecord:
+        """A lock's package entry (JSON lists where the record holds tuples)."""
+        requires = data.get("requires")
+        return cls(**{**data, "requires": None if requires is None else tuple(requires),
+                      "notes": tuple(data.get("notes", ()))})  # fmt: skip
+
+    def locked(self) -> WheelRecord:
+        """As a lock holds it: requirements sorted, so the lock's text is reproducible."""
+        requires = None if self.requires is None else tuple(sorted(self.requires))
+        return replace(self, requires=requires)
 
 
 def target_tags(python: str, glibc: str = "2.28") -> list[Tag]:

@@ -18,10 +18,11 @@ from imaging import CATALOG, IMAGES
 
 from launcher.errors import UsageError
 from launcher.images.driver import check_driver, driver_verdict
-from launcher.images.lock import LockedWheel, parse_lock
+from launcher.images.lock import parse_lock
 from launcher.images.refresh import refresh
 from launcher.images.running import running_lock_hash
 from launcher.images.wheelhouse import HashMismatch, fetch
+from launcher.images.wheels import WheelRecord
 
 DRIVERS = [
     ("cu130", "535.104.05", False, "580.65.06"),
@@ -84,7 +85,7 @@ def test_a_wheel_whose_bytes_differ_from_the_lock_stops_before_the_cache(tmp_pat
     wheel.write_bytes(b"not the locked bytes")
     good = hashlib.sha256(b"the locked bytes").hexdigest()
     lock = parse_lock((IMAGES / "lab-cpu.lock").read_text(), "lab-cpu")
-    entry = LockedWheel("demo", "1.0", wheel.name, wheel.as_uri(), good, "test", [])
+    entry = WheelRecord("demo", "1.0", wheel.name, wheel.as_uri(), good, "test", ())
     tampered = replace(lock, packages=[entry])
     with pytest.raises(HashMismatch, match="does not match the lock's"):
         fetch(tampered, tmp_path / "cache", print)

@@ -221,6 +221,6 @@ def test_deepspeed_comes_only_as_a_prebuilt_wheel_with_its_ops_recorded(tmp_path
     offered = {"torch": [_cpu_torch()], "filelock": [_wheel("filelock", "3.20.0")]}
     lock = resolve(found.definition, CATALOG, offered, found.text)
     deepspeed = next(p for p in lock.packages if p.name == "deepspeed")
-    assert deepspeed.sha256 == sha and deepspeed.notes == ["ops prebuilt: fused_adam, cpu_adam"]
+    assert deepspeed.sha256 == sha and deepspeed.notes == ("ops prebuilt: fused_adam, cpu_adam",)
     assert lock.deepspeed_ops == ["cpu_adam", "fused_adam"]
     assert "GPUJOB_DEEPSPEED_OPS=cpu_adam,fused_adam" in plan_build(lock, CATALOG).dockerfile
