@@ -10,11 +10,26 @@ import click
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("host")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND]")
 def ssh(host: str, command: tuple[str, ...]) -> None:
-    """Run COMMAND on HOST (gpujob ssh HOST -- CMD ...), or log in when no COMMAND is given.
+    """Run COMMAND on HOST as `ssh HOST COMMAND` would, or log in when none is given.
 
-    HOST is a hosts.yaml name or user@addr[:port]; its key is pinned like `submit --on`'s.
+    \b
+      gpujob ssh HOST -- 'echo a; echo b'    the remote login shell runs it
+      gpujob ssh HOST -- echo a b            runs `echo a b`
+      echo x | gpujob ssh HOST -- cat        stdin goes to the command
+
+    As with OpenSSH, the words after `--` are joined with single spaces into one command
+    line that the remote shell interprets: quotes, `;`, pipes, `$HOME` and globs act there.
+    It is not quoted: quote what must reach the host as one word (`-- "ls 'my dir'"`).
+
+    stdin goes to the command, its stdout and stderr come back as they are written, and
+    the exit code is the command's, or 255 when ssh itself failed (with gpujob's one-line
+    error). As with `ssh HOST COMMAND`, no terminal is allocated for a command.
+
+    HOST is a hosts.yaml name, a host `gpujob up` rented, or user@addr[:port]; its key is
+    pinned on first contact and checked strictly from then on, and the command runs on the
+    host's master connection, as every gpujob command does.
     """
     from launcher.ops.shell import ssh_command
 

@@ -96,7 +96,7 @@ def test_up_bootstraps_a_host_that_gpujob_ssh_reaches_and_down_removes(
         assert "skipped docker  bare runtime" in up.stderr
         assert "fixed   rclone" in up.stderr
 
-    hello = gpujob(env, "ssh", name, "--", "sh", "-c", "echo hello from $(hostname)")
+    hello = gpujob(env, "ssh", name, "--", "echo hello from $(hostname)")  # as ssh: one string
     assert hello.returncode == 0, hello.stderr
     assert hello.stdout.startswith("hello from ")
     pins = Path(env["GPUJOB_STATE_DIR"], "known_hosts").read_text()
