@@ -4,7 +4,7 @@ Standard library only (hosts may have nothing else). Its files are shipped as th
 nothing here may import from the rest of `launcher`.
 """
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 AGENT_FILE = "gpujob-agent.py"
@@ -14,9 +14,23 @@ AGENT_OS_SOURCE = Path(__file__).with_name("agent_os.py")
 """The agent's OS helpers: shipped beside it wherever it goes."""
 STATES_SOURCE = Path(__file__).with_name("states.py")
 """The job states, shipped beside the agent."""
+RUNTIMES_SOURCE = Path(__file__).with_name("runtimes.py")
+"""How a job runs there (bare or in a container), shipped beside the agent."""
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
     for name in ("ckpt_store.py", "ckpt_sync.py", "ckpt_watch.py")
 )
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
-AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), *CHECKPOINT_SOURCES)
+AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
+                 *CHECKPOINT_SOURCES)  # fmt: skip
+
+
+def agent_path(node_dir: str) -> str:
+    """The agent beside a node's folder, in its job's folder on the host."""
+    return str(PurePosixPath(node_dir).parent / AGENT_FILE)
+
+
+def agent_argv(python: str, node_dir: str, command: str, *args: str) -> list[str]:
+    """How every part of gpujob asks a node's agent for something: `start`, `status`,
+    `cancel [GRACE_S]`, `read OFFSET [WAIT_S]` (see agent.py)."""
+    return [python, agent_path(node_dir), command, node_dir, *args]

@@ -18,22 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
-from agent_os import alive, descendants, forward, read_json, rss_bytes, start_ticks, write_json
+from agent_os import alive, read_json, start_ticks, write_json
+from runtimes import BareJob, ContainerJob, StartFailed, job_for, stop_container, stop_tree
 from states import TERMINAL
 
 STATUS = "status.json"
-SAMPLE_EVERY_S = 1.0
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
 
@@ -84,54 +83,59 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
 
 
 def supervise(node_dir: Path) -> int:
+    """Start the node's job in its runtime, record it, care for its checkpoints while it
+    runs, record its end. Returns 0: the job's own code is in the status."""
     config = read_json(node_dir / "job.json")
-    if config.get("runtime") == "docker":
-        return supervise_container(node_dir, config)
     env = dict(os.environ)
     secrets_file = config.get("secrets_file")
-    if secrets_file:
+    if secrets_file and config.get("runtime") != "docker":  # docker reads its own env file
         path = node_dir / secrets_file
         env.update(read_json(path))
         path.unlink(missing_ok=True)
-    log_fd = os.open(
-        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    )
-    try:
-        job = subprocess.Popen(
-            config["argv"],
-            cwd=node_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as err:
-        write_json(node_dir / STATUS, {"state": "failed", "reason": str(err), "exit_code": 127})
-        return 127
-    finally:
-        os.close(log_fd)
+    job = job_for(node_dir, config, node_dir / config.get("log", "job.log"))
     status: dict[str, Any] = {
-        "state": "running",
         "job_id": config.get("job_id"),
         "node_rank": config.get("node_rank"),
-        "pid": job.pid,
         "supervisor_pid": os.getpid(),
         "supervisor_start": start_ticks(os.getpid()),
         "started_at": time.time(),
-        "peak_rss_bytes": 0,
     }
-    write_json(node_dir / STATUS, status)
-    signal.signal(signal.SIGTERM, lambda *_: forward(job.pid, signal.SIGTERM))
     try:
-        watch = _checkpoint_watch(node_dir, config, job.pid, status, env)
+        status.update(job.start(env))
+    except StartFailed as failed:
+        said = last_line(node_dir) if config.get("runtime") == "docker" else None
+        reason = f"{failed.reason}: {said}" if said else failed.reason
+        status.update(state="failed", exit_code=failed.code, ended_at=time.time(),
+                      reason=reason)  # fmt: skip
+        write_json(node_dir / STATUS, status)
+        return failed.code
+    status["state"] = "running"
+    write_json(node_dir / STATUS, status)
+    try:
+        watch = _checkpoint_watch(node_dir, config, job, status, env)
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
-    code = _wait(job, node_dir, status)
+    code = job.wait(_sampler(node_dir, status))
     _stop_watch(watch)
     _record_end(node_dir, status, code)
+    job.end()
     return 0
+
+
+def _sampler(node_dir: Path, status: dict[str, Any]) -> Callable[[int], None]:
+    """Keeps the job's peak memory in its status, written every 5 s at most."""
+    last_write = 0.0
+
+    def sample(rss: int) -> None:
+        nonlocal last_write
+        status["peak_rss_bytes"] = max(rss, status.get("peak_rss_bytes", 0))
+        if time.monotonic() - last_write > 5:
+            with STATUS_LOCK:
+                write_json(node_dir / STATUS, status)
+            last_write = time.monotonic()
+
+    return sample
 
 
 def _stop_watch(watch: tuple[threading.Event, threading.Thread] | None) -> None:
@@ -156,10 +160,9 @@ def _record_end(node_dir: Path, status: dict[str, Any], code: int) -> None:
 def _checkpoint_watch(
     node_dir: Path,
     config: dict[str, Any],
-    pid: int | None,
+    job: BareJob | ContainerJob,
     status: dict[str, Any],
     env: dict[str, str],
-    container: str | None = None,
 ) -> tuple[threading.Event, threading.Thread] | None:
     """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file)."""
     care = config.get("checkpoints")
@@ -184,114 +187,17 @@ def _checkpoint_watch(
             status.update(update)
             write_json(node_dir / STATUS, status)
 
-    def pause_job(pause: bool) -> None:
-        if container:
-            subprocess.run(["docker", "pause" if pause else "unpause", container],
-                           capture_output=True)  # fmt: skip
-            return
-        assert pid is not None
-        for each in [pid, *descendants(pid)]:
-            forward(each, signal.SIGSTOP if pause else signal.SIGCONT)
-
     def stop_job(reason: str) -> None:
         publish({"stopped_reason": reason})
-        if container:
-            subprocess.run(["docker", "unpause", container], capture_output=True)
-            subprocess.run(["docker", "stop", "--time", str(int(config.get("grace_s", 30))),
-                            container], capture_output=True)  # fmt: skip
-            return
-        assert pid is not None
-        tree = [pid, *descendants(pid)]
-        forward(pid, signal.SIGTERM)
-        for each in tree:
-            forward(each, signal.SIGCONT)  # a paused job must run to act on SIGTERM
-        deadline = time.monotonic() + float(config.get("grace_s", 30))
-        while time.monotonic() < deadline and any(alive(p) for p in tree):
-            time.sleep(0.1)
-        for leftover in [p for p in tree if alive(p)]:
-            forward(leftover, signal.SIGKILL)
+        job.stop(float(config.get("grace_s", 30)))
 
     watcher = ckpt_watch.Watcher(
         config=ckpt_watch.WatchConfig.from_json(care, node_dir),
-        log_fd=log_fd, say=say, publish=publish, stop_job=stop_job, pause_job=pause_job,
+        log_fd=log_fd, say=say, publish=publish, stop_job=stop_job, pause_job=job.pause,
         env={k: str(v) for k, v in remote_env.items()}, hook_env=env,
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def supervise_container(node_dir: Path, config: dict[str, Any]) -> int:
-    """The docker runtime: `docker run --detach`, delete the env file of secrets as soon as
-    Docker has read it, then `docker wait` for the exit code. The container writes job.log
-    itself (a bind mount), so this process only reports."""
-    log_fd = os.open(
-        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    )
-    try:
-        started = subprocess.run(
-            config["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
-            check=False,
-        )  # fmt: skip
-    except OSError as err:
-        os.write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
-        started = subprocess.CompletedProcess(config["argv"], 127, b"", b"")
-    finally:
-        os.close(log_fd)
-        if config.get("secrets_file"):
-            (node_dir / config["secrets_file"]).unlink(missing_ok=True)
-    status: dict[str, Any] = {
-        "job_id": config.get("job_id"),
-        "node_rank": config.get("node_rank"),
-        "container": started.stdout.decode().strip() or config.get("container"),
-        "supervisor_pid": os.getpid(),
-        "supervisor_start": start_ticks(os.getpid()),
-        "started_at": time.time(),
-    }
-    if started.returncode != 0:
-        said = last_line(node_dir) or "see job.log"
-        status.update(state="failed", exit_code=started.returncode, ended_at=time.time(),
-                      reason=f"docker run failed: {said}")  # fmt: skip
-        write_json(node_dir / STATUS, status)
-        return started.returncode
-    status["state"] = "running"
-    write_json(node_dir / STATUS, status)
-    try:
-        watch = _checkpoint_watch(node_dir, config, None, status, {}, status["container"])
-    except Exception as err:  # the job runs on without checkpoint care, and says so
-        log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
-        watch = None
-    code = _wait_container(status["container"])
-    _stop_watch(watch)
-    _record_end(node_dir, status, code)
-    subprocess.run(["docker", "rm", "--force", status["container"]], capture_output=True)
-    return 0
-
-
-def _wait_container(container: str) -> int:
-    """`docker wait`, asked again if the client call breaks while the container lives on."""
-    for _ in range(30):
-        waited = subprocess.run(["docker", "wait", container], capture_output=True, text=True)
-        if waited.returncode == 0 and waited.stdout.strip().isdigit():
-            return int(waited.stdout.strip())
-        time.sleep(1)
-    return 125
-
-
-def _wait(job: subprocess.Popen[bytes], node_dir: Path, status: dict[str, Any]) -> int:
-    last_write = 0.0
-    while True:
-        try:
-            code = job.wait(timeout=SAMPLE_EVERY_S)
-            return code if code >= 0 else 128 - code
-        except subprocess.TimeoutExpired:
-            pass
-        rss = rss_bytes([job.pid, *descendants(job.pid)])
-        if rss > status["peak_rss_bytes"]:
-            status["peak_rss_bytes"] = rss
-        if time.monotonic() - last_write > 5:
-            with STATUS_LOCK:
-                write_json(node_dir / STATUS, status)
-            last_write = time.monotonic()
 
 
 def status_of(node_dir: Path) -> dict[str, Any]:
@@ -313,21 +219,14 @@ def cancel(node_dir: Path, grace_s: float) -> int:
     status = status_of(node_dir)
     if status.get("container") and status.get("state") not in TERMINAL:
         log_line(node_dir, f"cancel: docker stop (SIGTERM, SIGKILL after {grace_s:g} s)")
-        subprocess.run(["docker", "stop", "--time", f"{int(grace_s)}", status["container"]],
-                       capture_output=True)  # fmt: skip
+        stop_container(status["container"], grace_s)
         return _await_end(node_dir)
     pid = status.get("pid")
     if status.get("state") in TERMINAL or not alive(pid):
         print(json.dumps(status))
         return 0
-    tree = [pid, *descendants(pid)]
     log_line(node_dir, f"cancel: SIGTERM to the job, SIGKILL after {grace_s:g} s")
-    forward(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(alive(p) for p in tree):
-        time.sleep(0.1)
-    for leftover in [p for p in tree if alive(p)]:
-        forward(leftover, signal.SIGKILL)
+    stop_tree(pid, grace_s)
     return _await_end(node_dir)
 
 

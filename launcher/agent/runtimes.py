@@ -1,0 +1,155 @@
+"""How a node's job runs on its host: as a process tree (bare) or in a container (docker),
+behind one small interface the agent drives (start, wait, pause, stop, end).
+
+Standard library only; shipped beside the agent, which imports it as a sibling module. The
+plan chose the runtime (`job.json`'s `runtime`) and wrote its command line (`argv`: run.sh,
+or the `docker run --detach` line); this module only carries it out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent_os import alive, descendants, forward, rss_bytes
+
+Sample = Callable[[int], None]
+"""Called about once a second while the job runs, with its processes' resident bytes."""
+
+
+class StartFailed(Exception):
+    """The job never ran: the exit code to record and why, for the status."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class BareJob:
+    """run.sh in a new session, its output straight into job.log (a file descriptor, not a
+    pipe through the agent); secrets come in the environment, from a file read and deleted
+    before the start."""
+
+    SAMPLE_EVERY_S = 1.0
+
+    def __init__(self, node_dir: Path, config: dict[str, Any], log: Path) -> None:
+        self.node_dir, self.config, self.log = node_dir, config, log
+        self.pid: int | None = None
+        self.job: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str]) -> dict[str, Any]:
+        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            self.job = subprocess.Popen(
+                self.config["argv"], cwd=self.node_dir, env=env, stdin=subprocess.DEVNULL,
+                stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        except OSError as err:
+            raise StartFailed(127, str(err)) from None
+        finally:
+            os.close(log_fd)
+        self.pid = self.job.pid
+        signal.signal(signal.SIGTERM, lambda *_: forward(self.job.pid, signal.SIGTERM))  # type: ignore[union-attr]
+        return {"pid": self.pid, "peak_rss_bytes": 0}
+
+    def wait(self, sample: Sample) -> int:
+        assert self.job is not None
+        while True:
+            try:
+                code = self.job.wait(timeout=self.SAMPLE_EVERY_S)
+                return code if code >= 0 else 128 - code
+            except subprocess.TimeoutExpired:
+                sample(rss_bytes([self.job.pid, *descendants(self.job.pid)]))
+
+    def pause(self, paused: bool) -> None:
+        assert self.pid is not None
+        for each in [self.pid, *descendants(self.pid)]:
+            forward(each, signal.SIGSTOP if paused else signal.SIGCONT)
+
+    def stop(self, grace_s: float) -> None:
+        if self.pid is not None:
+            stop_tree(self.pid, grace_s)
+
+    def end(self) -> None:
+        """Nothing is left of a process tree that has ended."""
+
+
+class ContainerJob:
+    """`docker run --detach`; the env file of secrets is deleted as soon as Docker has read
+    it; `docker wait` for the exit code. The container writes job.log itself (a bind mount)."""
+
+    def __init__(self, node_dir: Path, config: dict[str, Any], log: Path) -> None:
+        self.node_dir, self.config, self.log = node_dir, config, log
+        self.container: str | None = None
+
+    def start(self, env: dict[str, str]) -> dict[str, Any]:
+        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            started = subprocess.run(
+                self.config["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=log_fd, check=False,
+            )  # fmt: skip
+        except OSError as err:
+            os.write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
+            started = subprocess.CompletedProcess(self.config["argv"], 127, b"", b"")
+        finally:
+            os.close(log_fd)
+            if self.config.get("secrets_file"):
+                (self.node_dir / self.config["secrets_file"]).unlink(missing_ok=True)
+        self.container = started.stdout.decode().strip() or self.config.get("container")
+        if started.returncode != 0:
+            raise StartFailed(started.returncode, "docker run failed")
+        return {"container": self.container}
+
+    def wait(self, sample: Sample) -> int:
+        """`docker wait`, asked again if the client call breaks while the container lives."""
+        for _ in range(30):
+            waited = subprocess.run(["docker", "wait", str(self.container)],
+                                    capture_output=True, text=True)  # fmt: skip
+            if waited.returncode == 0 and waited.stdout.strip().isdigit():
+                return int(waited.stdout.strip())
+            time.sleep(1)
+        return 125
+
+    def pause(self, paused: bool) -> None:
+        subprocess.run(["docker", "pause" if paused else "unpause", str(self.container)],
+                       capture_output=True)  # fmt: skip
+
+    def stop(self, grace_s: float) -> None:
+        stop_container(str(self.container), grace_s)
+
+    def end(self) -> None:
+        subprocess.run(["docker", "rm", "--force", str(self.container)], capture_output=True)
+
+
+def job_for(node_dir: Path, config: dict[str, Any], log: Path) -> BareJob | ContainerJob:
+    kind = ContainerJob if config.get("runtime") == "docker" else BareJob
+    return kind(node_dir, config, log)
+
+
+def stop_tree(pid: int, grace_s: float) -> None:
+    """SIGTERM to the job (torchrun passes it to its workers), SIGCONT to a paused tree so it
+    can act on it, SIGKILL to whatever is left after the grace period."""
+    tree = [pid, *descendants(pid)]
+    forward(pid, signal.SIGTERM)
+    for each in tree:
+        forward(each, signal.SIGCONT)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in tree):
+        time.sleep(0.1)
+    for leftover in [p for p in tree if alive(p)]:
+        forward(leftover, signal.SIGKILL)
+
+
+def stop_container(container: str, grace_s: float) -> None:
+    """`docker stop` (SIGTERM, SIGKILL after the grace period), unpaused first: a paused
+    container cannot act on SIGTERM."""
+    subprocess.run(["docker", "unpause", container], capture_output=True)
+    subprocess.run(["docker", "stop", "--time", f"{int(grace_s)}", container],
+                   capture_output=True)  # fmt: skip
