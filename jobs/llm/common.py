@@ -31,6 +31,14 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value else default
 
 
+def say(text: str) -> None:
+    """Print one line in a single write: every rank shares torchrun's stdout, and gpujob runs
+    Python unbuffered, where `print` writes the text and its newline separately, so another
+    rank's line could land between them (`rank 1/2: donefinal loss ...`)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 @dataclass(frozen=True)
 class Dist:
     rank: int
@@ -54,15 +62,15 @@ def init_distributed() -> Dist:
     if cuda:
         torch.cuda.set_device(device)
     node = os.environ.get("GROUP_RANK", "0")
-    print(f"rank {rank}/{world}: node {node} local rank {local_rank} on {device} "
-          f"({socket.gethostname()})", flush=True)  # fmt: skip
+    say(f"rank {rank}/{world}: node {node} local rank {local_rank} on {device} "
+        f"({socket.gethostname()})")  # fmt: skip
     return Dist(rank, world, local_rank, device)
 
 
 def finish(d: Dist) -> None:
     """Leave without running gloo's destructors (they can deadlock at exit on torch 2.13 CPU;
     see the quickstart)."""
-    print(f"rank {d.rank}/{d.world}: done", flush=True)
+    say(f"rank {d.rank}/{d.world}: done")
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()

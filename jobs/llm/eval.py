@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from common import BYTE_VOCAB, finish, init_distributed, load_causal_lm
+from common import BYTE_VOCAB, finish, init_distributed, load_causal_lm, say
 
 
 def parse_args() -> argparse.Namespace:
@@ -100,14 +100,14 @@ def main() -> None:
                                  pad_token_id=0)  # fmt: skip
             tokens = out[0, prompt.size(1) :].tolist()
             text = tokenizer.decode(tokens) if tokenizer is not None else str(tokens)
-            print(f"sample {index}: {text}", flush=True)
+            say(f"sample {index}: {text}")
         out_path = Path(args.out)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = out_path.with_name(f".{out_path.name}.tmp")
         tmp.write_text(json.dumps(result, indent=2) + "\n")
         os.replace(tmp, out_path)
-        print(f"eval loss {loss:.4f} perplexity {result['perplexity']} over {result['tokens']} "
-              f"tokens; written to {out_path}", flush=True)  # fmt: skip
+        say(f"eval loss {loss:.4f} perplexity {result['perplexity']} over {result['tokens']} "
+            f"tokens; written to {out_path}")  # fmt: skip
     finish(d)
 
 

@@ -37,6 +37,7 @@ from common import (
     mean_over_ranks,
     prompt_batches,
     save_checkpoint,
+    say,
 )
 from torch.nn.parallel import DistributedDataParallel
 
@@ -228,7 +229,7 @@ def save(d: Dist, ddp, optimizer, step: int, score: float, args) -> None:
     if d.main:
         path = save_checkpoint(Path(args.checkpoint_dir), step, {"score": score}, write,
                                args.keep_last)  # fmt: skip
-        print(f"checkpoint saved: {path}", flush=True)
+        say(f"checkpoint saved: {path}")
     torch.distributed.barrier()
 
 
@@ -249,10 +250,9 @@ def main() -> None:
                              seed=1000 + d.rank, device=d.device)  # fmt: skip
     if d.main:
         params = sum(p.numel() for p in policy.parameters()) / 1e6
-        print(
+        say(
             f"ppo: policy {args.model} ({params:.2f}M params), reward {args.reward}, "
-            f"{args.rollout_batch * d.world} responses/step over {d.world} rank(s)",
-            flush=True,
+            f"{args.rollout_batch * d.world} responses/step over {d.world} rank(s)"
         )
     score = 0.0
     for step in range(1, args.steps + 1):
@@ -263,14 +263,14 @@ def main() -> None:
         score = mean_over_ranks(batch["score"], d.device)
         kl = mean_over_ranks(batch["kl"], d.device)
         if d.main:
-            print(f"ppo step {step}/{args.steps} score {score:.4f} kl {kl:.4f} "
-                  f"pg_loss {stats['pg_loss']:.4f} vf_loss {stats['vf_loss']:.4f} "
-                  f"clipfrac {stats['clipfrac']:.3f} {time.perf_counter() - began:.2f}s/step",
-                  flush=True)  # fmt: skip
+            say(f"ppo step {step}/{args.steps} score {score:.4f} kl {kl:.4f} "
+                f"pg_loss {stats['pg_loss']:.4f} vf_loss {stats['vf_loss']:.4f} "
+                f"clipfrac {stats['clipfrac']:.3f} "
+                f"{time.perf_counter() - began:.2f}s/step")  # fmt: skip
         if args.save_every and (step % args.save_every == 0 or step == args.steps):
             save(d, ddp, optimizer, step, score, args)
     if d.main:
-        print(f"final score {score:.4f}", flush=True)
+        say(f"final score {score:.4f}")
     finish(d)
 
 

@@ -26,6 +26,7 @@ from common import (
     load_causal_lm,
     mean_over_ranks,
     save_checkpoint,
+    say,
 )
 from torch.nn.parallel import DistributedDataParallel
 
@@ -97,9 +98,8 @@ def main() -> None:
     if d.main:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
-        print(f"sft-lora: {args.model} base in {args.dtype} (unquantized), LoRA r={args.rank}: "
-              f"{trainable / 1e3:.1f}k of {total / 1e6:.2f}M parameters train",
-              flush=True)  # fmt: skip
+        say(f"sft-lora: {args.model} base in {args.dtype} (unquantized), LoRA r={args.rank}: "
+            f"{trainable / 1e3:.1f}k of {total / 1e6:.2f}M parameters train")  # fmt: skip
     ddp = DistributedDataParallel(model, device_ids=[d.local_rank] if d.device.type == "cuda"
                                   else None)  # fmt: skip
     optimizer = torch.optim.AdamW([p for p in ddp.parameters() if p.requires_grad], lr=args.lr)
@@ -118,20 +118,20 @@ def main() -> None:
         optimizer.step()
         loss_value = mean_over_ranks(loss.item(), d.device)
         if d.main and (step % 5 == 0 or step == 1):
-            print(f"sft step {step}/{args.steps} loss {loss_value:.4f} "
-                  f"{time.perf_counter() - began:.2f}s/step", flush=True)  # fmt: skip
+            say(f"sft step {step}/{args.steps} loss {loss_value:.4f} "
+                f"{time.perf_counter() - began:.2f}s/step")  # fmt: skip
         if args.save_every and (step % args.save_every == 0 or step == args.steps):
             if d.main:
                 path = save_checkpoint(Path(args.checkpoint_dir), step, {"loss": loss_value},
                                        model.save_pretrained, args.keep_last)  # fmt: skip
-                print(f"checkpoint saved: {path}", flush=True)
+                say(f"checkpoint saved: {path}")
             torch.distributed.barrier()
     if d.main and args.merge:
         merged = Path(args.checkpoint_dir) / "merged"
         model.merge_and_unload().save_pretrained(merged, safe_serialization=True)
-        print(f"merged model saved: {merged} (full-precision base)", flush=True)
+        say(f"merged model saved: {merged} (full-precision base)")
     if d.main:
-        print(f"final loss {loss_value:.4f}", flush=True)
+        say(f"final loss {loss_value:.4f}")
     finish(d)
 
 

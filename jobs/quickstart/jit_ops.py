@@ -7,6 +7,7 @@ load that ran the seed's 8 ranks out of host memory when they did it at the same
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import torch
@@ -39,4 +40,7 @@ else:
     ops = load_inline(
         _name, cpp_sources=CPP + CPU_IMPL, functions=["scale"], build_directory=_build
     )
-print(f"rank {_rank}: jit_ops built in {time.monotonic() - _began:.1f} s", flush=True)
+# One write for the whole line: every rank compiles at once and shares stdout, where an
+# unbuffered `print` writes text and newline separately and lines from ranks interleave.
+sys.stdout.write(f"rank {_rank}: jit_ops built in {time.monotonic() - _began:.1f} s\n")
+sys.stdout.flush()

@@ -32,6 +32,14 @@ VERBS = ["sees", "trains", "syncs", "saves", "loads", "feeds", "moves", "checks"
 ADJECTIVES = ["small", "fast", "quiet", "pinned", "remote", "stable", "large", "bright"]
 
 
+def say(text: str) -> None:
+    """Print one line in a single write: every rank shares torchrun's stdout, and gpujob runs
+    Python unbuffered, where `print` writes the text and its newline separately, so another
+    rank's line could land between them (`rank 1/2: donefinal loss ...`)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value else default
@@ -138,7 +146,7 @@ def main() -> None:
     if cuda:
         torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
-    print(f"rank {rank}/{world}: ready on {device} ({socket.gethostname()})", flush=True)
+    say(f"rank {rank}/{world}: ready on {device} ({socket.gethostname()})")
 
     config = LlamaConfig(
         vocab_size=256,
@@ -156,11 +164,10 @@ def main() -> None:
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
     if rank == 0:
-        print(
+        say(
             f"model: {params / 1e6:.2f}M parameters; global batch "
             f"{args.micro_batch * args.grad_accum * world} = micro {args.micro_batch} x accum "
-            f"{args.grad_accum} x world {world}",
-            flush=True,
+            f"{args.grad_accum} x world {world}"
         )
 
     data = batches(rank, args.micro_batch, args.seq_len, device)
@@ -191,29 +198,26 @@ def main() -> None:
         if rank == 0 and (step % args.log_every == 0 or step == 1):
             now = time.perf_counter()
             rate = tokens_per_step * (step - window_step) / max(now - window_start, 1e-9)
-            print(f"step {step}/{args.steps} loss {loss_value:.4f} tokens/s {rate:.0f}", flush=True)
+            say(f"step {step}/{args.steps} loss {loss_value:.4f} tokens/s {rate:.0f}")
             window_start, window_step = now, step
         if args.save_every and step % args.save_every == 0:
             if rank == 0:
                 path = save_checkpoint(model, optimizer, step, loss_value, args)
-                print(f"checkpoint saved: {path}", flush=True)
+                say(f"checkpoint saved: {path}")
             dist.barrier()
     if cuda:
         torch.cuda.synchronize()
     finished = time.perf_counter()
     if rank == 0:
-        print(
+        say(
             f"train tokens/s {tokens_per_step * args.steps / (finished - started):.0f} "
-            f"over {args.steps} steps",
-            flush=True,
+            f"over {args.steps} steps"
         )
         if args.steps > args.warmup_steps:
             steady = tokens_per_step * (args.steps - args.warmup_steps) / (finished - steady_start)
-            print(
-                f"steady tokens/s {steady:.0f} after {args.warmup_steps} warm-up steps", flush=True
-            )
-        print(f"final loss {loss_value:.4f}", flush=True)
-    print(f"rank {rank}/{world}: done", flush=True)
+            say(f"steady tokens/s {steady:.0f} after {args.warmup_steps} warm-up steps")
+        say(f"final loss {loss_value:.4f}")
+    say(f"rank {rank}/{world}: done")
     dist.barrier()
     dist.destroy_process_group()
     # Exit here, before this frame's locals are freed: with gloo, the DDP reducer's destructor

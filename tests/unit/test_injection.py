@@ -3,6 +3,7 @@ a stand-in `python` that reports the argv and environment it was given."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,13 +81,12 @@ def test_macros_are_substituted_but_their_values_stay_literal(tmp_path: Path) ->
 
 
 def test_a_job_id_cannot_run_commands(tmp_path: Path) -> None:
+    """A job id names folders and goes into the run script, so one that could end a shell line
+    (a newline, a `#`) is refused before any plan exists, with the id shown as given."""
     pwned = tmp_path / "pwned-job-id"
-    where = reporting_target(tmp_path)
-    try:
-        plan = plan_of(spec_of(), where, job_id=f"x\ntouch {pwned} #")
-    except UsageError:
-        return
-    execute(plan)
+    job_id = f"x\ntouch {pwned} #"
+    with pytest.raises(UsageError, match=re.escape(f"job id {job_id!r}: use letters, digits")):
+        plan_of(spec_of(), reporting_target(tmp_path), job_id=job_id)
     assert not pwned.exists()
 
 
