@@ -77,8 +77,10 @@ def main() -> None:
         for key in times:
             print(f"{what}: {key:6s} median {med[key]:.2f} s = {mb / med[key]:.0f} MB/s")
         print(f"{what}: ratio gpujob / ssh cat {med['cat'] / med['gpujob']:.2f} ({mb:.0f} MB)")
-        print(f"{what}: ratio gpujob / ssh -c aes128-gcm cat "
-              f"{med['cat-gcm'] / med['gpujob']:.2f} (the same cipher as gpujob's)")
+        print(
+            f"{what}: ratio gpujob / ssh -c aes128-gcm cat "
+            f"{med['cat-gcm'] / med['gpujob']:.2f} (the same cipher as gpujob's)"
+        )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ def spawn(api: str, info: Path, lab_dir: Path, timeout: float = 30) -> dict[str,
     """Start `python -m infra.fakes serve API` detached; return its info once it serves."""
     info.unlink(missing_ok=True)
     log = info.with_suffix(".log")
-    env = {**os.environ, "GPUJOB_LAB_DIR": str(lab_dir),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "GPUJOB_LAB_DIR": str(lab_dir),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "infra.fakes", "serve", api, "--info", str(info)],

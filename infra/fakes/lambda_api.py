@@ -150,8 +150,12 @@ class LambdaApi(LambdaControl, FakeApi):
             raise bad("hostname must match ^[a-z0-9][0-9a-z-]{0,62}$.")
         tags = body.get("tags") or []
         for tag in tags:
-            if not (isinstance(tag, dict) and TAG_KEY.match(str(tag.get("key", "")))
-                    and len(tag["key"]) <= 55 and len(str(tag.get("value", ""))) <= 128):
+            if not (
+                isinstance(tag, dict)
+                and TAG_KEY.match(str(tag.get("key", "")))
+                and len(tag["key"]) <= 55
+                and len(str(tag.get("value", ""))) <= 128
+            ):
                 raise bad(f"Invalid tag: {tag!r}.")
         self._check_image(body.get("image"))
         if len(str(body.get("user_data") or "")) > 1_000_000:
@@ -322,7 +326,7 @@ class LambdaApi(LambdaControl, FakeApi):
     def set_firewall_rules(self, request: Request) -> Reply:
         rules = body_of(request).get("data")
         if not isinstance(rules, list):
-            raise bad("Body must be {\"data\": [FirewallRule, ...]}.")
+            raise bad('Body must be {"data": [FirewallRule, ...]}.')
         for rule in rules:
             check_firewall_rule(rule)
         with self.lock:

@@ -1,15 +1,15 @@
 """The Lambda fake's own `/_fake/...` endpoints: capacity, per-instance mishaps, reset.
 
-    POST /_fake/capacity            {"instance_types": [..]|null, "regions": [..]|null,
-                                     "count": 0, "race": false}
-        Set the units left for every matching (type, region) (null = all). With `race`,
-        those pairs are listed as available while launch still answers insufficient-capacity.
-    GET  /_fake/capacity            {"capacity": [{"instance_type", "region", "count", "race"}]}
-    POST /_fake/instances/{id}      {"status": "unhealthy"|"preempted"|"active",
-                                     "stuck": bool, "omit_private_ip": bool}
-    POST /_fake/instances/{id}/reboot     the host crashes and comes back (status unchanged)
-    POST /_fake/instances/{id}/drop-ssh   open SSH connections to the host are cut
-    POST /_fake/reset               terminate everything; books, faults, knobs back to new
+POST /_fake/capacity            {"instance_types": [..]|null, "regions": [..]|null,
+                                 "count": 0, "race": false}
+    Set the units left for every matching (type, region) (null = all). With `race`,
+    those pairs are listed as available while launch still answers insufficient-capacity.
+GET  /_fake/capacity            {"capacity": [{"instance_type", "region", "count", "race"}]}
+POST /_fake/instances/{id}      {"status": "unhealthy"|"preempted"|"active",
+                                 "stuck": bool, "omit_private_ip": bool}
+POST /_fake/instances/{id}/reboot     the host crashes and comes back (status unchanged)
+POST /_fake/instances/{id}/drop-ssh   open SSH connections to the host are cut
+POST /_fake/reset               terminate everything; books, faults, knobs back to new
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The Vast fake's own `/_fake/...` endpoints.
 
-    POST /_fake/instances/{id}   {"actual_status": "exited"|"unknown"|"offline"|"created"|
-                                  "loading"|..., "status_msg": str, "stuck": bool,
-                                  "spot_interrupted": bool, "clear": bool}
-        Pin a state (it stays until `clear`), keep an instance loading, or interrupt a spot
-        instance (intended, current and next state all `stopped`).
-    POST /_fake/instances/{id}/reboot        the container dies and restarts (onstart reruns)
-    POST /_fake/instances/{id}/drop-ssh      open SSH connections are cut
-    POST /_fake/instances/{id}/rewrite-keys  authorized_keys := the registered keys (§7.6)
-    POST /_fake/offers           {"take": [offer ids], "restore": [offer ids]}  offers churn
-    POST /_fake/reset            destroy everything; books, faults, knobs back to new
+POST /_fake/instances/{id}   {"actual_status": "exited"|"unknown"|"offline"|"created"|
+                              "loading"|..., "status_msg": str, "stuck": bool,
+                              "spot_interrupted": bool, "clear": bool}
+    Pin a state (it stays until `clear`), keep an instance loading, or interrupt a spot
+    instance (intended, current and next state all `stopped`).
+POST /_fake/instances/{id}/reboot        the container dies and restarts (onstart reruns)
+POST /_fake/instances/{id}/drop-ssh      open SSH connections are cut
+POST /_fake/instances/{id}/rewrite-keys  authorized_keys := the registered keys (§7.6)
+POST /_fake/offers           {"take": [offer ids], "restore": [offer ids]}  offers churn
+POST /_fake/reset            destroy everything; books, faults, knobs back to new
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ class VastControl:
                 books.job(inst, "drop-ssh", lambda: backend.drop_ssh(str(inst.id)))
             elif verb == "rewrite-keys":
                 keys = books.registered_keys(inst)
-                books.job(inst, "rewrite-keys",
-                          lambda: backend.set_authorized_keys(str(inst.id), keys, replace=True))
+                books.job(
+                    inst,
+                    "rewrite-keys",
+                    lambda: backend.set_authorized_keys(str(inst.id), keys, replace=True),
+                )
             elif verb == "":
                 body = request.json()
                 if "stuck" in body:

@@ -101,8 +101,11 @@ class CreateMixin:
             reply: dict[str, Any] = {"success": not low_bid, "new_contract": inst.id,
                                      "instance_api_key": inst.api_key}  # fmt: skip
             if low_bid:
-                reply.update(error="insufficient_bid", msg=f"Your bid {price} is below the "
-                             f"minimum {offer['min_bid']}; the instance was created stopped.")
+                reply.update(
+                    error="insufficient_bid",
+                    msg=f"Your bid {price} is below the "
+                    f"minimum {offer['min_bid']}; the instance was created stopped.",
+                )
             return json_reply(200, reply)
 
     def _new_instance(self: VastApi, body: dict[str, Any], offer: dict[str, Any],

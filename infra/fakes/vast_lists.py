@@ -53,8 +53,11 @@ class ListMixin:
             raise fail(400, "invalid_request", "select_filters must be an object.")
         for column in filters:
             if column not in STORED_COLUMNS:
-                raise fail(400, "invalid_request",
-                           f"Error in query parameters: {column} is not a valid search key")
+                raise fail(
+                    400,
+                    "invalid_request",
+                    f"Error in query parameters: {column} is not a valid search key",
+                )
         order = [*(q.get("order_by") or []), {"col": "id", "dir": "asc"}]
         with self.lock:
             rows = [self.books.observe(i) for i in list(self.books.instances.values())]
@@ -67,7 +70,7 @@ class ListMixin:
             rows.sort(key=lambda r, c=col, d=desc: ((r.get(c) is None) != d, r.get(c)),
                       reverse=desc)  # fmt: skip
         start = _offset(q["after_token"]) if q.get("after_token") else 0
-        page = rows[start:start + limit]
+        page = rows[start : start + limit]
         more = start + limit < len(rows)
         cols = q.get("select_cols") or ["*"]
         if cols != ["*"]:
@@ -130,8 +133,11 @@ class ListMixin:
             self.books.next_key_id += 1
             inst.attached_keys[self.books.next_key_id] = text
             backend = self.books.backend
-            self.books.job(inst, "attach-key",
-                           lambda: backend.set_authorized_keys(str(inst.id), [text], replace=False))
+            self.books.job(
+                inst,
+                "attach-key",
+                lambda: backend.set_authorized_keys(str(inst.id), [text], replace=False),
+            )
             return json_reply(200, {"success": True, "msg": "SSH key attached to the instance."})
 
     def detach_key(self: VastApi, request: Request, instance_id: str, key_id: str) -> Reply:
@@ -140,6 +146,9 @@ class ListMixin:
             if not key_id.isdigit() or inst.attached_keys.pop(int(key_id), None) is None:
                 raise fail(404, "no_such_ssh_key", f"SSH key {key_id} not found.")
             keys, backend = self.books.registered_keys(inst), self.books.backend
-            self.books.job(inst, "detach-key",
-                           lambda: backend.set_authorized_keys(str(inst.id), keys, replace=True))
+            self.books.job(
+                inst,
+                "detach-key",
+                lambda: backend.set_authorized_keys(str(inst.id), keys, replace=True),
+            )
             return json_reply(200, {"success": True})

@@ -203,6 +203,7 @@ class VastBooks:
         inst.intended = inst.next_state = state
         inst.host_ready = False
         if state == "stopped":
+
             def stop() -> None:
                 self.backend.stop(str(inst.id))
                 with self.lock:

@@ -151,8 +151,9 @@ def _cancel_nodes(job: JobRecord, conns: list[Any], skip: int) -> None:
 
     for rank, node_dir in enumerate(job.node_dirs):
         if rank != skip:
-            conns[rank].run(agent_argv(python_for(job.provider), node_dir, "cancel",
-                                       f"{FAIL_FAST_GRACE_S:g}"))
+            conns[rank].run(
+                agent_argv(python_for(job.provider), node_dir, "cancel", f"{FAIL_FAST_GRACE_S:g}")
+            )
 
 
 def _show_cause(cause: Any, text: str) -> None:

@@ -23,6 +23,13 @@ def load_paramiko() -> Any:
     imported on first use instead, which a `Match exec` line still gets."""
     if "paramiko" not in sys.modules and "invoke" not in sys.modules:
         sys.modules["invoke"] = _OnFirstUse("invoke")
+    import logging
+
     import paramiko
 
+    # paramiko logs a failed handshake ("Exception (client): Error reading SSH protocol
+    # banner", with a traceback) through logging's last-resort handler, onto the user's
+    # terminal; the caller turns the same failure into gpujob's one line.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    logging.getLogger("paramiko").propagate = False
     return paramiko

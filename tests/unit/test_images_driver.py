@@ -1,5 +1,3 @@
-
-
 def test_up_refuses_an_image_whose_cuda_the_host_driver_cannot_run() -> None:
     from launcher.bootstrap.steps import driver_refusal
 
