@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.bootstrap.steps import STEPS, HostFacts, HostProfile, StepResult
+from launcher.bootstrap.steps import STEPS, Findings, HostProfile, StepResult
 from launcher.errors import GpujobError
 from launcher.remote.base import Connection
 
@@ -24,7 +24,7 @@ class BootstrapError(GpujobError):
 class Bootstrapped:
     host: str
     results: list[StepResult]
-    facts: HostFacts
+    found: Findings
 
     @property
     def changed(self) -> bool:
@@ -48,12 +48,12 @@ def bootstrap(
     report: Callable[[str], None] = lambda _: None,
 ) -> Bootstrapped:
     """Every step or the first failure, as BootstrapError with the step's own words."""
-    facts = HostFacts()
+    found = Findings()
     results: list[StepResult] = []
     for step in STEPS:
-        result = step(conn, profile, facts)
+        result = step(conn, profile, found)
         results.append(result)
         report(format_result(host, result))
         if result.status == "failed":
             raise BootstrapError(f"{host}: {result.step}: {result.detail}", result.hint)
-    return Bootstrapped(host, results, facts)
+    return Bootstrapped(host, results, found)

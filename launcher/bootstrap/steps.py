@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from launcher.errors import UsageError
+from launcher.errors import GpujobError, UsageError
+from launcher.plan.model import HostFacts
 from launcher.remote.base import Connection
+from launcher.remote.facts import host_facts
 
 Status = Literal["ok", "fixed", "failed", "skipped"]
 RCLONE_HOME_PATH = ".local/bin/rclone"
@@ -37,6 +39,8 @@ class HostProfile:
 
 @dataclass(frozen=True)
 class StepResult:
+    """One step's verdict as the user reads it; `hint` is what to do when it failed."""
+
     step: str
     status: Status
     detail: str
@@ -44,69 +48,60 @@ class StepResult:
 
 
 @dataclass
-class HostFacts:
-    """What the steps learn on the way; later steps and the caller read it."""
+class Findings:
+    """What the steps learn on the way; later steps and the caller read it. The host's own
+    facts come from the one probe every command uses (`launcher.remote.facts`)."""
 
-    home: str = "~"
-    arch: str = ""
-    python: str = ""
-    gpus: list[str] = field(default_factory=list)
-    driver: str | None = None
+    host: HostFacts | None = None
     docker: str | None = None
     rclone: str | None = None
-    free_disk_gb: float | None = None
-    shm_gb: float | None = None
+
+    @property
+    def facts(self) -> HostFacts:
+        assert self.host is not None, "the system step runs first"
+        return self.host
+
+    def as_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        facts = asdict(self.host) if self.host else {}
+        facts["images"] = sorted(facts.get("images", ()))
+        return {**facts, "docker": self.docker, "rclone": self.rclone}
 
 
-Step = Callable[[Connection, HostProfile, HostFacts], StepResult]
+Step = Callable[[Connection, HostProfile, Findings], StepResult]
 
 
 def _sh(conn: Connection, script: str) -> Any:
     return conn.run(["sh", "-c", script])
 
 
-def system(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
-    probe = (
-        'echo "$HOME"; uname -m; id -un; '
-        '(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || uname -s; '
-        'python3 -c "import sys; print(*sys.version_info[:2], sep=chr(46))" 2>/dev/null '
-        "|| echo none"
-    )
-    result = _sh(conn, probe)
-    lines = result.stdout.splitlines()
-    if not result.ok or len(lines) < 5:
-        why = f"cannot read the host (exit {result.exit_code}): {result.stderr.strip()[-200:]}"
-        return StepResult("system", "failed", why, "check that the login shell works")
-    facts.home, facts.arch, user, os_name, facts.python = (line.strip() for line in lines[:5])
-    detail = f"{os_name}, {facts.arch}, user {user}, Python {facts.python}"
-    if facts.python == "none":
+def system(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
+    try:
+        facts = found.host = host_facts(conn, require_python=False)
+    except GpujobError as err:
+        return StepResult("system", "failed", err.message, "check that the login shell works")
+    version = facts.version or "none"
+    detail = f"{facts.os_name}, {facts.arch}, user {facts.user}, Python {version}"
+    if not facts.version:
         return StepResult("system", "failed", f"{detail}: no python3",
                           "install python3 on the host: gpujob's agent runs with it")  # fmt: skip
     return StepResult("system", "ok", detail)
 
 
-def gpu(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
-    query = "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"
-    result = _sh(conn, f"command -v nvidia-smi >/dev/null 2>&1 || exit 127; {query}")
-    rows = [line.split(",") for line in result.stdout.splitlines() if line.strip()]
-    if result.ok and rows:
-        facts.gpus = [row[0].strip() for row in rows]
-        facts.driver = rows[0][-1].strip()
-        return StepResult("gpu", "ok", f"{len(rows)}x {facts.gpus[0]}, driver {facts.driver}")
-    why = (
-        "no nvidia-smi"
-        if result.exit_code == 127
-        else (
-            result.stderr.strip() or result.stdout.strip() or f"nvidia-smi exit {result.exit_code}"
-        )
-    )
+def gpu(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
+    facts = found.facts
+    if facts.gpu_names:
+        names = facts.gpu_names
+        return StepResult("gpu", "ok", f"{len(names)}x {names[0]}, driver {facts.driver}")
+    why = "nvidia-smi lists none"
     if profile.allow_cpu:
         return StepResult("gpu", "skipped", f"no NVIDIA GPU ({why}); going on: --allow-cpu")
     return StepResult("gpu", "failed", f"no NVIDIA GPU ({why})",
                       "use a GPU host, or pass --allow-cpu to use it without GPUs")  # fmt: skip
 
 
-def docker(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
+def docker(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     if profile.runtime == "bare":
         return StepResult("docker", "skipped", "bare runtime: jobs run in the host's own "
                           "environment (a Vast instance is itself a container)")  # fmt: skip
@@ -116,26 +111,24 @@ def docker(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResu
                           f"{(result.stderr or result.stdout).strip()[-200:]}",
                           "install and start Docker (docs.docker.com/engine/install), "
                           "and let the login user use it")  # fmt: skip
-    facts.docker = result.stdout.strip()
-    if facts.gpus:
+    found.docker = result.stdout.strip()
+    if found.facts.gpus:
         runtimes = conn.run(["docker", "info", "--format", "{{json .Runtimes}}"])
         if "nvidia" not in runtimes.stdout:
-            why = f"Docker {facts.docker} has no nvidia runtime"
+            why = f"Docker {found.docker} has no nvidia runtime"
             return StepResult("docker", "failed", why, NVIDIA_RUNTIME)
-        return StepResult("docker", "ok", f"Docker {facts.docker}, nvidia runtime")
-    return StepResult("docker", "ok", f"Docker {facts.docker}")
+        return StepResult("docker", "ok", f"Docker {found.docker}, nvidia runtime")
+    return StepResult("docker", "ok", f"Docker {found.docker}")
 
 
-def disk(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
-    result = _sh(conn, 'df -P -k "$HOME" /dev/shm')
-    rows = [line.split() for line in result.stdout.splitlines()[1:] if line.strip()]
-    if not result.ok or len(rows) < 2:
-        return StepResult("disk", "failed", f"cannot read free disk: {result.stderr.strip()}",
+def disk(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
+    facts = found.facts
+    if facts.free_bytes is None or facts.shm_bytes is None:
+        return StepResult("disk", "failed", "cannot read free disk and /dev/shm",
                           "check that `df` works on the host")  # fmt: skip
-    facts.free_disk_gb = int(rows[0][3]) / 1e6
-    facts.shm_gb = int(rows[1][1]) / 1e6
-    detail = f"{facts.free_disk_gb:.1f} GB free in {facts.home}, /dev/shm {facts.shm_gb:.1f} GB"
-    if facts.free_disk_gb < profile.min_disk_gb:
+    free_gb = facts.free_bytes / 1e9
+    detail = f"{free_gb:.1f} GB free in {facts.free_at}, /dev/shm {facts.shm_bytes / 1e9:.1f} GB"
+    if free_gb < profile.min_disk_gb:
         return StepResult("disk", "failed", f"{detail}; {profile.min_disk_gb} GB asked",
                           "free disk on the host, or launch one with a larger --disk")  # fmt: skip
     return StepResult("disk", "ok", detail)
@@ -149,26 +142,27 @@ def _rclone_version(conn: Connection, facts: HostFacts) -> str | None:
     return result.stdout.strip() if result.ok and result.stdout.strip() else None
 
 
-def rclone(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
+def rclone(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     """Checkpoint transfers run on the host, so rclone must be there. A host with no way to
     the internet gets this machine's rclone (one static binary) when the architectures match."""
-    facts.rclone = _rclone_version(conn, facts)
-    if facts.rclone:
-        return StepResult("rclone", "ok", facts.rclone)
+    facts = found.facts
+    found.rclone = _rclone_version(conn, facts)
+    if found.rclone:
+        return StepResult("rclone", "ok", found.rclone)
     local = shutil.which("rclone")
     import platform
 
     if local is None or platform.machine() != facts.arch:
         return StepResult("rclone", "failed", "rclone is not installed", INSTALL_RCLONE)
     conn.put_file(str(Path(local).resolve()), f"{facts.home}/{RCLONE_HOME_PATH}", 0o755)
-    facts.rclone = _rclone_version(conn, facts)
-    if not facts.rclone:
+    found.rclone = _rclone_version(conn, facts)
+    if not found.rclone:
         why = "the rclone copied to the host does not run"
         return StepResult("rclone", "failed", why, INSTALL_RCLONE)
-    return StepResult("rclone", "fixed", f"{facts.rclone} in ~/{RCLONE_HOME_PATH}")
+    return StepResult("rclone", "fixed", f"{found.rclone} in ~/{RCLONE_HOME_PATH}")
 
 
-def image(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResult:
+def image(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     if profile.image is None:
         return StepResult("image", "skipped", "no job image named (--image)")
     if profile.runtime == "bare":
@@ -182,10 +176,11 @@ def image(conn: Connection, profile: HostProfile, facts: HostFacts) -> StepResul
             return StepResult("image", "failed", why, PULL_HINT)
         status = "fixed"
     detail = f"{profile.image} {'pulled' if status == 'fixed' else 'present'}"
-    if facts.driver:
+    driver = found.facts.driver
+    if driver:
         label = '{{index .Config.Labels "gpujob.image.torch"}}'
         torch = conn.run(["docker", "image", "inspect", "--format", label, profile.image])
-        refusal = driver_refusal(profile.image, torch.stdout.strip(), facts.driver)
+        refusal = driver_refusal(profile.image, torch.stdout.strip(), driver)
         if refusal is not None:
             return StepResult("image", "failed", refusal.message, refusal.hint or "")
     return StepResult("image", status, detail)

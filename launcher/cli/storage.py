@@ -120,7 +120,11 @@ def storage_rclone_config(remote: str, out: str | None, dry_run: bool, spec: str
 @click.option(
     "--on", metavar="HOST", help="With --from: pull onto this SSH host (--dest is there)."
 )
-@click.option("--dry-run", is_flag=True, help="Print the rclone commands; move nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would run where the checkpoints are, and its rclone commands; change nothing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def sync_ckpt(**kwargs: object) -> None:
     """Push a job's complete checkpoints to S3, or pull them; verified (sizes and MD5s)."""

@@ -20,7 +20,7 @@ import click
 
 from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
 from launcher.errors import ExitCode, GpujobError, UsageError
-from launcher.ops.reconcile import reconcile
+from launcher.ops.reconcile import reconcile, record
 from launcher.providers.base import (
     STOP,
     TAG,
@@ -35,6 +35,7 @@ from launcher.providers.base import (
 )
 from launcher.remote.keys import public_key, user_key
 from launcher.state.hosts import HostsDB
+from launcher.state.readonly import HostsView
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,8 @@ def _offers(options: UpOptions) -> tuple[Provider, GpuRequest, list[Offer], Host
             raise UsageError(f"--filesystem is for Lambda; {provider.name} has none",
                              "leave it out, or use --provider lambda")  # fmt: skip
         provider.use_filesystem(options.filesystem)
-    db = HostsDB()
-    for line in reconcile(provider, db).lines():
-        say(line)
+    db = _hosts_db(options.dry_run)
+    _reconciled(provider, db, options.dry_run)
     offers = provider.offers(request)
     if not offers:
         raise no_offers(provider.name, request)
@@ -158,8 +158,15 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
         wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
         if options.bootstrap:
             progress.update(task, description=f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}")
-            bootstrap_instance(provider, inst, options, lambda line: progress.console.print(
-                line, soft_wrap=True, markup=False, highlight=False), fresh=True)
+            bootstrap_instance(
+                provider,
+                inst,
+                options,
+                lambda line: progress.console.print(
+                    line, soft_wrap=True, markup=False, highlight=False
+                ),
+                fresh=True,
+            )
         db.update(name, inst, status="running")
         progress.update(task, description=f"{name}: ready at {inst.ip}:{inst.ssh_port}")
         return inst
@@ -221,7 +228,7 @@ def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
     from launcher.providers.ssh import connect, resolve_host
 
     entry = resolve_host(host)
-    rented = HostsDB().host(entry.name)
+    rented = HostsView().host(entry.name)  # a lookup: never creates the db
     profile = host_profile(runtime_of(rented.provider) if rented else "docker", options)
     if options.dry_run:
         from launcher.bootstrap.steps import STEPS
@@ -248,7 +255,7 @@ def bootstrap_json(done: Bootstrapped) -> str:
 
     return json.dumps({"host": done.host, "changed": done.changed,
                        "steps": [asdict(r) for r in done.results],
-                       "facts": asdict(done.facts)}, indent=2)  # fmt: skip
+                       "facts": done.found.as_json()}, indent=2)  # fmt: skip
 
 
 def _undo(provider: Provider, names: list[str], made: dict[str, Instance],
@@ -277,18 +284,19 @@ def _undo(provider: Provider, names: list[str], made: dict[str, Instance],
 def down(reference: str | None, everything: bool, dry_run: bool,
          timeout: float = 300.0) -> int:  # fmt: skip
     """Terminate one host (name, name without the tag, or instance id) or every gpujob host,
-    then read each back until the cloud says it is going or gone."""
+    then read each back until the cloud says it is going or gone. A dry run reads the clouds
+    and the db, changes neither, and prints what it would do, in order."""
+    from launcher.ops.status import cancel_first
     from launcher.providers.registry import configured, get_provider
 
     if bool(reference) == everything:
         raise UsageError("name one HOST or pass --all", "see `gpujob down --help`")
-    db = HostsDB()
+    db = _hosts_db(dry_run)
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
     for cloud in clouds:
         provider = get_provider(cloud)
-        for line in reconcile(provider, db).lines():
-            say(line)
+        _reconciled(provider, db, dry_run)
         for inst in provider.list():
             if everything or reference in (inst.id, inst.name, inst.name.removeprefix(TAG)):
                 targets.append((provider, inst))
@@ -297,19 +305,36 @@ def down(reference: str | None, everything: bool, dry_run: bool,
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
         say("no gpujob hosts are running")
         return ExitCode.OK
+    stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
+        for line in stop.lines():
+            click.echo(line)
         for provider, inst in targets:
-            click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status})")
+            click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status}):"
+                       f" {provider.name}.terminate({inst.id!r}), describe() until terminating,"
+                       " its row marked terminated, its SSH connection ended")  # fmt: skip
         return ExitCode.OK
-    from launcher.ops.status import stop_jobs_on
-
-    stop_jobs_on({inst.name for _, inst in targets})
+    stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
         results = list(pool.map(lambda t: _terminate(*t, db, timeout), targets))
     failures = [r for r in results if r]
     for line in failures:
         say(line)
     return ExitCode.FAILURE if failures else ExitCode.OK
+
+
+def _hosts_db(dry_run: bool) -> HostsDB:
+    """The hosts db to record in, or for a dry run a read-only view (creates nothing)."""
+    return HostsView() if dry_run else HostsDB()
+
+
+def _reconciled(provider: Provider, db: HostsDB, dry_run: bool) -> None:
+    """The db squared with the cloud's tags; a dry run says what it would change."""
+    found = reconcile(provider, db)
+    if not dry_run:
+        record(db, found)
+    for line in found.lines(would=dry_run):
+        say(line)
 
 
 def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:

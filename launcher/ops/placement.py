@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import UsageError
-from launcher.plan.model import HostFacts, Target
+from launcher.plan.model import HOME_SHOWN, UNKNOWN_HOME, HostFacts, Target
 from launcher.plan.placement import RuntimeChoice, image_reference, target_for
 from launcher.remote.facts import host_facts
 
@@ -109,11 +109,13 @@ def remote_placement(
     names = list(dict.fromkeys(e.name for e in entries))
     by_name = {e.name: e for e in entries}
     if dry_run:
-        facts = {n: HostFacts("~", "python3", "?", runtime != "bare", 0) for n in names}
+        facts = {n: HostFacts(UNKNOWN_HOME, "python3", "?", runtime != "bare", 0) for n in names}
         addresses = [e.address for e in entries]
         target = target_for(spec, image, entries, facts, addresses, ref, runtime, provider)
-        note = "dry run: no host was contacted; assumed: no GPUs" + (
-            ", Docker present" if target.runtime == "docker" else ""
+        note = (
+            "dry run: no host was contacted; assumed: no GPUs"
+            + (", Docker present" if target.runtime == "docker" else "")
+            + f"; {HOME_SHOWN} is the login's home folder there"
         )
         return Placement(target, {}, [], note)
     conns: dict[str, Any] = {}
@@ -133,5 +135,3 @@ def remote_placement(
             conn.close()
         raise
     return Placement(target, conns, [e.to_record() for e in entries], facts=facts)
-
-

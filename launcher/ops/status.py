@@ -9,7 +9,9 @@ that does not answer shows `unreachable` without changing the record.
 from __future__ import annotations
 
 import json
+import shlex
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.agent.states import TERMINAL, WORST_FIRST
@@ -18,6 +20,7 @@ from launcher.ops import say
 from launcher.ops.jobs import close_all, job_connections, job_or_fail
 from launcher.runtime.agent import agent_argv, python_for
 from launcher.state.db import JobRecord, StateDB
+from launcher.state.readonly import JobsView
 
 
 def status_rows(limit: int = 20) -> list[dict[str, Any]]:
@@ -125,16 +128,35 @@ def _record(
     return job.state, job.exit_code, job.last_line
 
 
-def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
-    db = StateDB()
-    job = job_or_fail(db, reference)
-    commands = [agent_argv(python_for(job.provider), node_dir, "cancel", f"{grace_s:g}")
-                for node_dir in job.node_dirs]
-    if dry_run:
-        import shlex
+def node_hosts(job: JobRecord) -> list[str]:
+    """Each node's host by name, in rank order (a record for SSH hosts, a name locally)."""
+    if job.provider == "local":
+        return list(job.hosts)
+    from launcher.providers.ssh import HostEntry
 
-        for rank, argv in enumerate(commands):
-            print(f"node {rank}: {shlex.join(argv)}")
+    return [HostEntry.from_record(record).name for record in job.hosts]
+
+
+def cancel_commands(job: JobRecord, grace_s: float) -> list[list[str]]:
+    """Each node's agent asked to cancel: what `cancel` runs, and what its dry run prints."""
+    python = python_for(job.provider)
+    return [agent_argv(python, node_dir, "cancel", f"{grace_s:g}") for node_dir in job.node_dirs]
+
+
+def cancel_lines(job: JobRecord, grace_s: float) -> list[str]:
+    pairs = zip(node_hosts(job), cancel_commands(job, grace_s), strict=True)
+    return [f"node {rank} on {host}: {shlex.join(argv)}" for rank, (host, argv) in enumerate(pairs)]
+
+
+def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
+    """A dry run reads the db without creating or changing it and prints the commands."""
+    db = JobsView() if dry_run else StateDB()
+    job = job_or_fail(db, reference)
+    commands = cancel_commands(job, grace_s)
+    if dry_run:
+        for line in cancel_lines(job, grace_s):
+            print(line)
+        say(f"dry run: job {job.id} would then be recorded as cancelled; nothing was run")
         return 0
     conns = job_connections(job)
     failures = []
@@ -152,26 +174,53 @@ def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
     return 0
 
 
-def stop_jobs_on(hosts: set[str], grace_s: float = 30.0) -> None:
-    """Before `down` takes hosts away: each job still running on one of them is cancelled,
-    so its agents end it cleanly and ship its last checkpoints and its log to S3 first."""
-    from launcher.providers.ssh import HostEntry
+@dataclass(frozen=True)
+class CancelFirst:
+    """`down`'s first step: the jobs the db says still run on the hosts it takes. Each is
+    cancelled if its agents say it still runs, so they end it cleanly and ship its last
+    checkpoints and its log to S3 before the host goes."""
 
-    db = StateDB()
+    jobs: list[tuple[JobRecord, list[str]]]
+    grace_s: float = 30.0
+
+    def lines(self) -> list[str]:
+        """The dry run's account: which jobs, and the literal commands."""
+        out = []
+        for job, on in self.jobs:
+            out.append(f"would ask job {job.id}'s agents (on {', '.join(on)}) for its state "
+                       "and, if it still runs, cancel it first:")  # fmt: skip
+            out += [f"  {line}" for line in cancel_lines(job, self.grace_s)]
+        return out
+
+    def run(self) -> None:
+        db = StateDB()
+        for job, on in self.jobs:
+            statuses = _node_statuses(job)
+            if statuses is None or all(s.get("state") in TERMINAL for s in statuses):
+                if statuses is not None:
+                    _record(db, job, statuses)
+                continue
+            say(f"job {job.id} still runs on {', '.join(on)}: cancelling it first"
+                + (" (its log and last checkpoints go to S3)" if job.logs_to else ""))  # fmt: skip
+            try:
+                cancel(job.id, self.grace_s, dry_run=False)
+            except GpujobError as err:
+                say(f"could not cancel job {job.id}: {err.one_line()}; the host goes anyway")
+
+
+def cancel_first(hosts: set[str], dry_run: bool, grace_s: float = 30.0) -> CancelFirst:
+    """The jobs not ended per the db (a dry run's db is read-only) on any of `hosts`."""
+    db = JobsView() if dry_run else StateDB()
+    found = []
     for job in db.jobs(limit=200):
         if job.terminal or job.provider == "local":
             continue
-        on = {HostEntry.from_record(record).name for record in job.hosts} & hosts
-        if not on:
-            continue
-        statuses = _node_statuses(job)
-        if statuses is None or all(s.get("state") in TERMINAL for s in statuses):
-            if statuses is not None:
-                _record(db, job, statuses)
-            continue
-        say(f"job {job.id} still runs on {', '.join(sorted(on))}: cancelling it first"
-            + (" (its log and last checkpoints go to S3)" if job.logs_to else ""))  # fmt: skip
-        try:
-            cancel(job.id, grace_s, dry_run=False)
-        except GpujobError as err:
-            say(f"could not cancel job {job.id}: {err.one_line()}; the host goes anyway")
+        on = sorted(set(node_hosts(job)) & hosts)
+        if on:
+            found.append((job, on))
+    return CancelFirst(found, grace_s)
+
+
+def stop_jobs_on(hosts: set[str], grace_s: float = 30.0) -> None:
+    """Before `down` takes hosts away: each job still running on one of them is cancelled."""
+    cancel_first(hosts, dry_run=False, grace_s=grace_s).run()

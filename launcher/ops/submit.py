@@ -78,7 +78,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         placed = _placement(options, spec, image, early=early)
     target, connections = placed.target, placed.connections
     job_id = options.job_id or new_job_id(spec.name)
-    if not JOB_ID.match(job_id):
+    if not JOB_ID.fullmatch(job_id):
         raise UsageError(
             f"--job-id {job_id!r}: a job id is letters, digits, `.`, `_` and `-` (up to 128)",
             "leave out --job-id to get a new one",
@@ -91,7 +91,9 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         agent_modules=AGENT_MODULES,
     )
     sync = preflight(loaded, target, image, say)
-    plan = build_plan(spec, target, job_id, secret_values, image, sources, sync)
+    plan = build_plan(
+        spec, target, job_id, secret_values, image, sources, sync, follow=not options.detach
+    )
     if options.dry_run:
         sys.stdout.write(plan_json(plan) if options.as_json else plan_text(plan))
         return 0
@@ -179,7 +181,7 @@ def _start(
         )
     )  # fmt: skip
     try:
-        first_reads = apply_plan(plan, connections, say, read_first=not options.detach)
+        first_reads = apply_plan(plan, connections, say)
     except BaseException:
         db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
         raise

@@ -13,14 +13,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from launcher.agent import AGENT_FILE
+from launcher.agent import AGENT_FILE, agent_argv
 from launcher.errors import UsageError
 from launcher.plan import docker
 from launcher.plan.model import (
     CopyFile,
     NodePlan,
     Plan,
-    ReachCheck,
     RunCommand,
     Step,
     SyncDir,
@@ -35,15 +34,20 @@ from launcher.plan.node_files import (
     logs_path,
     secrets_file,
 )
+from launcher.plan.reach import check_rendezvous, reach_checks
 from launcher.plan.render import render_shell
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
 
-JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # fullmatch: `$` would let "x\n" pass
 MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-LOOPBACK = ("127.", "localhost", "::1")
 INIT_FILE = "gpujob-init.py"
 DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
+FIRST_READ_WAIT_S = 1  # how long a followed start waits on the host for the log's first bytes
+CANCEL_GRACE_S = 5  # a started node stopped because another failed to start
+# The job's own copy of the host's workdir copy: a later submit updating that one never
+# changes a running job's files. ($1 is absent when the workdir had nothing to ship.)
+COPY_WORKDIR = 'mkdir -p "$1" "$2" && cp -a "$1/." "$2/"'
 
 
 @dataclass(frozen=True)
@@ -75,12 +79,16 @@ def build_plan(
     image: ImageDefinition | None,
     sources: Sources,
     sync: CheckpointSync | None = None,
+    *,
+    follow: bool = False,
 ) -> Plan:
-    if not JOB_ID.match(job_id):
+    """`follow`: the log is followed from the start, so a one-node start also reads its
+    first bytes (one exec fewer before the first line is shown)."""
+    if not JOB_ID.fullmatch(job_id):
         raise UsageError(f"job id {job_id!r}: use letters, digits, `.`, `_` and `-` (up to 128)")
     if len(target.hosts) != spec.nodes:
         raise UsageError(f"the job needs {spec.nodes} nodes but {len(target.hosts)} were given")
-    _check_rendezvous(spec, target)
+    check_rendezvous(spec, target)
     job_dir = str(PurePosixPath(target.job_root) / job_id)
     python = _job_python(target, image)
     derived = _derived_values(spec, job_id, job_dir)
@@ -103,6 +111,7 @@ def build_plan(
                 derived,
                 first_on_host,
                 sync,
+                follow=follow,
             )
         )
     return Plan(
@@ -115,29 +124,10 @@ def build_plan(
         grad_accum_steps=spec.grad_accum_steps,
         nodes=tuple(nodes),
         derived=derived,
-        checks=_reach_checks(spec, target),
+        checks=reach_checks(spec, target),
         image_ref=target.image_ref if target.runtime == "docker" else None,
         logs_to=logs_path(sync.rclone_path, job_id) if sync else None,
     )
-
-
-def _reach_checks(spec: JobSpec, target: Target) -> tuple[ReachCheck, ...]:
-    others = tuple(h for h in target.distinct_hosts if h != target.hosts[0])
-    if spec.nodes == 1 or not others:
-        return ()
-    return (ReachCheck(target.hosts[0], target.addresses[0], spec.run.rdzv_port, others),)
-
-
-def _check_rendezvous(spec: JobSpec, target: Target) -> None:
-    if spec.nodes == 1 or target.one_machine:
-        return
-    head = target.addresses[0]
-    if head.startswith(LOOPBACK):
-        raise UsageError(
-            f"nodes: {spec.nodes} across several hosts, but node 0's address is {head}, a "
-            "loopback address the other nodes cannot reach",
-            "give node 0 a routable address (its provider's IP) so the rendezvous can form",
-        )
 
 
 def _job_python(target: Target, image: ImageDefinition | None) -> str:
@@ -203,20 +193,15 @@ def _node_plan(
     derived: dict[str, str],
     first_on_host: bool,
     sync: CheckpointSync | None = None,
+    *,
+    follow: bool = False,
 ) -> NodePlan:
     node_dir = f"{job_dir}/node-{rank}"
     values = {**derived, "node_rank": str(rank)}
     steps: list[Step] = []
     prepare: list[Step] = []  # after the files, which then go in one round trip
     if first_on_host:
-        steps.append(
-            SyncDir(
-                source=sources.workdir,
-                path=f"{job_dir}/workdir",
-                excludes=DEFAULT_EXCLUDES + sources.excludes,
-                via=None if target.provider == "local" else workdir_copy(target, sources.workdir),
-            )
-        )
+        steps.extend(_workdir_steps(target, sources, f"{job_dir}/workdir"))
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         if spec.run.serialize_init:
             steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
@@ -268,16 +253,45 @@ def _node_plan(
     config = agent_config(spec, target, job_id, rank, secrets, argv, care)
     steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
     steps.extend(prepare)
+    reads_log = follow and spec.nodes == 1
     steps.append(
         RunCommand(
-            argv=(target.agent_python, f"{job_dir}/{AGENT_FILE}", "start", node_dir),
-            why="start the job detached under the agent",
+            argv=_agent(target, node_dir, "start", *[str(FIRST_READ_WAIT_S)] * reads_log),
+            why="start the job detached under the agent"
+            + (", then read the log's first bytes" if reads_log else ""),
             starts_job=True,
+            reads_log=reads_log,
         )
     )
-    return NodePlan(
-        rank=rank, host=target.hosts[rank], job_dir=job_dir, node_dir=node_dir, steps=tuple(steps)
-    )
+    on_failure = None
+    if rank < spec.nodes - 1:  # a later node may fail to start after this one started
+        on_failure = RunCommand(
+            argv=_agent(target, node_dir, "cancel", str(CANCEL_GRACE_S)),
+            why=f"stop node {rank}: a later node failed to start",
+        )
+    return NodePlan(rank=rank, host=target.hosts[rank], job_dir=job_dir, node_dir=node_dir,
+                    steps=tuple(steps), on_failure=on_failure)  # fmt: skip
+
+
+def _agent(target: Target, node_dir: str, command: str, *args: str) -> tuple[str, ...]:
+    return tuple(agent_argv(target.agent_python, node_dir, command, *args))
+
+
+def _workdir_steps(target: Target, sources: Sources, path: str) -> list[Step]:
+    """Locally, the workdir goes straight into the job's folder. On a remote host it updates
+    that host's lasting copy (only changed files move), which is then copied on the host."""
+    excludes = DEFAULT_EXCLUDES + sources.excludes
+    if target.provider == "local":
+        return [SyncDir(source=sources.workdir, path=path, excludes=excludes)]
+    copy = workdir_copy(target, sources.workdir)
+    return [
+        SyncDir(source=sources.workdir, path=copy, excludes=excludes, mirror=True),
+        RunCommand(
+            argv=("sh", "-c", COPY_WORKDIR, "sh", copy, path),
+            why="copy the workdir into the job folder",
+            hint="check the free space on the host: `gpujob doctor HOST`",
+        ),
+    ]
 
 
 def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> RunCommand:

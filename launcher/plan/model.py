@@ -11,6 +11,12 @@ from typing import Literal
 
 Runtime = Literal["bare", "docker"]
 
+UNKNOWN_HOME = "/.gpujob-unknown-home"
+"""The home folder a dry run assumes on hosts it did not contact. Shell-safe, so quoting
+leaves the paths under it whole; the dry run shows it as `HOME_SHOWN` (plan/show.py), a
+placeholder nobody takes for a path, where a `~` would read as one (and, quoted, not expand)."""
+HOME_SHOWN = "<home>"
+
 
 @dataclass(frozen=True)
 class WriteFile:
@@ -33,24 +39,29 @@ class CopyFile:
 
 @dataclass(frozen=True)
 class SyncDir:
-    """The workdir, shipped to the node minus what `.gpujobignore`/`.gitignore` exclude.
-    With `via` (a remote host), it is first mirrored into that per-host copy, which keeps
-    what was shipped before (only changed files move), then copied into `path` on the host:
-    a job never sees a later submit's files."""
+    """The workdir shipped into `path` on the node, minus `excludes` and what its
+    `.gpujobignore`/`.gitignore` exclude; only files whose size or mtime differ move. With
+    `mirror` (a remote host's lasting copy of the workdir), files gone here are deleted
+    there; the plan then copies that folder into the job's own (a RunCommand), so a job never
+    sees a later submit's files."""
 
     source: str
     path: str
     excludes: tuple[str, ...] = ()
-    via: str | None = None
+    mirror: bool = False
 
 
 @dataclass(frozen=True)
 class RunCommand:
-    """A command run on the node; `argv` is literal, never re-split by a shell."""
+    """A command run on the node; `argv` is literal, never re-split by a shell. `reads_log`:
+    the start also answers the log's first bytes (the follow starts from them); `hint`:
+    what to look at when it fails, if the command line itself says little."""
 
     argv: tuple[str, ...]
     why: str
     starts_job: bool = False
+    reads_log: bool = False
+    hint: str | None = None
 
 
 Step = WriteFile | CopyFile | SyncDir | RunCommand
@@ -99,6 +110,12 @@ class HostFacts:
     images: frozenset[str] = frozenset()
     """The images Docker has there (`REPOSITORY:TAG`): a job's that is among them is not
     looked for again before its start."""
+    arch: str = ""
+    user: str = ""
+    os_name: str = ""
+    gpu_names: tuple[str, ...] = ()
+    driver: str | None = None
+    shm_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,11 @@ class ReachCheck:
     address: str
     port: int
     from_hosts: tuple[str, ...]
+    listen: tuple[str, ...]
+    """Run on `host` while the others dial; prints how many connections it took."""
+    dial: tuple[str, ...]
+    """Run on each of `from_hosts`."""
+    timeout_s: int
 
 
 @dataclass(frozen=True)
@@ -120,6 +142,17 @@ class NodePlan:
     job_dir: str
     node_dir: str
     steps: tuple[Step, ...]
+    on_failure: RunCommand | None = None
+    """Run once this node has started if a later node then fails to start: all or none."""
+
+    @property
+    def start(self) -> RunCommand:
+        return next(s for s in self.steps if isinstance(s, RunCommand) and s.starts_job)
+
+    @property
+    def preparation(self) -> tuple[Step, ...]:
+        """Everything before the start: one batch (one exec) on the node's host."""
+        return tuple(s for s in self.steps if not (isinstance(s, RunCommand) and s.starts_job))
 
 
 @dataclass(frozen=True)
@@ -141,3 +174,9 @@ class Plan:
     @property
     def node_dirs(self) -> list[str]:
         return [node.node_dir for node in self.nodes]
+
+    @property
+    def starts_in_batch(self) -> bool:
+        """A job of one node starts at the end of its preparation batch; one of several
+        only once every node is prepared and the checks have passed, node by node."""
+        return len(self.nodes) == 1 and not self.checks

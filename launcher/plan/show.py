@@ -1,13 +1,30 @@
-"""The dry-run view of a Plan: literal argv and whole files, secrets as `***`."""
+"""The dry-run view of a Plan: literal argv and whole files, secrets as `***`, in the order
+apply carries them out (each node's preparation, the checks before start, the starts and
+what a failed start undoes).
+
+Argv is shown as a shell would take it (`shlex` quoting). A host's home folder a dry run
+could not ask for is `<home>`, left outside the quotes: `<home>/.gpujob/jobs/...` is the
+path the host's home will prefix, not a path to paste.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import shlex
+from collections.abc import Iterable
 from typing import Any
 
-from launcher.plan.model import CopyFile, Plan, RunCommand, SyncDir, WriteFile
+from launcher.plan.model import (
+    HOME_SHOWN,
+    UNKNOWN_HOME,
+    CopyFile,
+    Plan,
+    ReachCheck,
+    RunCommand,
+    SyncDir,
+    WriteFile,
+)
 
 MASK = "***"
 
@@ -22,42 +39,96 @@ def plan_text(plan: Plan) -> str:
         lines.append(f"grad_accum_steps = {plan.grad_accum_steps}")
     if plan.image_ref:
         lines.append(f"image {plan.image_ref}")
-    for check in plan.checks:
-        lines.append(
-            f"before start: {', '.join(check.from_hosts)} must reach node 0 at "
-            f"{check.address}:{check.port} (a listener on {check.host} for the check)"
-        )
-    for node in plan.nodes:
+    for node in plan.nodes:  # several nodes: each one's start comes after every preparation
         lines.append("")
-        lines.append(f"node {node.rank} on {node.host}: job dir {node.job_dir}")
-        for step in node.steps:
+        lines.append(f"node {node.rank} on {node.host}: job dir {shown(node.job_dir)}")
+        for step in node.steps if plan.starts_in_batch else node.preparation:
             lines.extend(_step_lines(step))
+    if not plan.starts_in_batch:
+        lines.extend(_start_lines(plan))
     return "\n".join(lines) + "\n"
+
+
+def _start_lines(plan: Plan) -> list[str]:
+    """A job of several nodes: the checks, then the starts, then the undo of a failed one."""
+    lines = []
+    for check in plan.checks:
+        lines.extend(_check_lines(check))
+    after = " and the checks passed" if plan.checks else ""
+    lines += ["", f"start, once every node is prepared{after}:"]
+    for node in plan.nodes:
+        lines.extend(_run_lines(node.start, f"node {node.rank} on {node.host}: "))
+    undo = [node for node in plan.nodes if node.on_failure is not None]
+    if undo:
+        lines += ["", "if a node fails to start, the nodes started before it are stopped:"]
+        for node in undo:
+            assert node.on_failure is not None
+            lines.extend(_run_lines(node.on_failure, f"node {node.rank} on {node.host}: "))
+    return lines
+
+
+def _check_lines(check: ReachCheck) -> list[str]:
+    lines = [
+        "",
+        f"before start: {', '.join(check.from_hosts)} must reach node 0 at "
+        f"{check.address}:{check.port} (a listener on {check.host} for the check; "
+        f"{check.timeout_s} s at most)",
+    ]
+    listen = RunCommand(check.listen, "hold node 0's rendezvous port open, count who dials")
+    dial = RunCommand(check.dial, "dial node 0's rendezvous port")
+    lines.extend(_run_lines(listen, f"on {check.host}: "))
+    lines.extend(_run_lines(dial, f"on {', '.join(check.from_hosts)}: "))
+    return lines
 
 
 def _step_lines(step: object) -> list[str]:
     if isinstance(step, WriteFile):
-        out = [f"  write {step.path} (mode {step.mode:04o})"]
-        body = _masked(step.content) if step.secret else step.content
+        out = [f"  write {shown(step.path)} (mode {step.mode:04o})"]
+        body = _masked(step.content) if step.secret else shown(step.content)
         out.extend(f"    | {line}".rstrip() for line in body.splitlines())
         return out
     if isinstance(step, CopyFile):
-        return [f"  copy  {step.source} -> {step.path} (mode {step.mode:04o})"]
+        return [f"  copy  {step.source} -> {shown(step.path)} (mode {step.mode:04o})"]
     if isinstance(step, SyncDir):
-        excluded = ", ".join(step.excludes)
-        if step.via is None:
-            return [f"  sync  {step.source}/ -> {step.path}/ (excluding {excluded})"]
-        return [f"  sync  {step.source}/ -> {step.via}/ (changed files only; excluding "
-                f"{excluded})", f"  copy  {step.via}/ -> {step.path}/ (on the host)"]  # fmt: skip
+        how = "changed files only, files deleted here deleted there" if step.mirror else (
+            "changed files only")  # fmt: skip
+        return [f"  sync  {step.source}/ -> {shown(step.path)}/ ({how}; excluding "
+                f"{', '.join(step.excludes)} and what .gitignore/.gpujobignore name)"]  # fmt: skip
     if isinstance(step, RunCommand):
-        if "\n" in step.argv[-1]:
-            out = [f"  run   {shlex.join(step.argv[:-1])} <script>"]
-            out.extend(f"    | {line}".rstrip() for line in step.argv[-1].splitlines())
-        else:
-            out = [f"  run   {shlex.join(step.argv)}"]
-        out.append(f"        # {step.why}")
-        return out
+        return _run_lines(step)
     raise TypeError(f"unknown plan step {step!r}")
+
+
+def _run_lines(step: RunCommand, where: str = "") -> list[str]:
+    """`run ARGV`; a multi-line script argument is shown as `<script>`, then line by line."""
+    verb = f"  {where}run " if where else "  run   "
+    script = next((i for i, word in enumerate(step.argv) if "\n" in word), None)
+    if script is None:
+        out = [verb + shell_join(step.argv)]
+    else:
+        words = [shell_word(w) for w in step.argv]
+        words[script] = "<script>"
+        out = [verb + " ".join(words)]
+        out.extend(f"    | {line}".rstrip() for line in shown(step.argv[script]).splitlines())
+    out.append(f"        # {step.why}")
+    return out
+
+
+def shell_word(word: str) -> str:
+    """One argv word as a shell takes it, the unknown home left outside the quotes."""
+    pieces = word.split(UNKNOWN_HOME)
+    return HOME_SHOWN.join(shlex.quote(piece) if piece else "" for piece in pieces)
+
+
+def shell_join(argv: Iterable[str]) -> str:
+    return " ".join(shell_word(word) for word in argv)
+
+
+def shown(text: str) -> str:
+    """A path or a file's text with the unknown home as `<home>`. Where the text quoted a
+    path under it (`'/.gpujob-unknown-home/a b'`), the placeholder moves out of the quotes:
+    `<home>'/a b'`, the same words to a shell."""
+    return text.replace(f"'{UNKNOWN_HOME}", f"{HOME_SHOWN}'").replace(UNKNOWN_HOME, HOME_SHOWN)
 
 
 def _masked(content: str) -> str:
@@ -70,18 +141,28 @@ def _masked(content: str) -> str:
     return json.dumps({key: MASK for key in values}, sort_keys=True)
 
 
+KINDS: dict[type, str] = {WriteFile: "write", CopyFile: "copy", SyncDir: "sync", RunCommand: "run"}
+
+
 def plan_json(plan: Plan) -> str:
+    """The Plan's fields as they are (argv as lists of words), the unknown home as `<home>`;
+    `starts_in_batch` says whether the start ends the node's one batch."""
+
     def convert(value: Any) -> Any:
         if isinstance(value, WriteFile) and value.secret:
-            return {**dataclasses.asdict(value), "content": _masked(value.content), "kind": "write"}
+            return {**dataclasses.asdict(value), "path": shown(value.path),
+                    "content": _masked(value.content), "kind": "write"}  # fmt: skip
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            kind = {WriteFile: "write", CopyFile: "copy", SyncDir: "sync", RunCommand: "run"}
             data = {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
-            if type(value) in kind:
-                data["kind"] = kind[type(value)]
+            if type(value) in KINDS:
+                data["kind"] = KINDS[type(value)]
             return data
         if isinstance(value, tuple | list):
             return [convert(item) for item in value]
-        return value
+        if isinstance(value, dict):
+            return {key: convert(item) for key, item in value.items()}
+        return shown(value) if isinstance(value, str) else value
 
-    return json.dumps(convert(plan), indent=2) + "\n"
+    data = convert(plan)
+    data["starts_in_batch"] = plan.starts_in_batch
+    return json.dumps(data, indent=2) + "\n"

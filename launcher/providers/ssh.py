@@ -103,9 +103,9 @@ def rented_host(reference: str) -> HostEntry | None:
     """A host `gpujob up` rented and that is running, by name, short name or instance id;
     it is logged in to with the key `up` registered."""
     from launcher.remote.keys import user_key
-    from launcher.state.hosts import HostsDB
+    from launcher.state.readonly import HostsView
 
-    record = HostsDB().host(reference)
+    record = HostsView().host(reference)  # a lookup: a dry run that names a host writes nothing
     if record is None or record.status != "running" or not record.ip:
         return None
     return HostEntry(name=record.name, address=record.ip, port=record.ssh_port,

@@ -18,6 +18,9 @@ from launcher.remote.base import Connection
 FACTS_SCRIPT = r"""
 HAS_TORCH='import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'
 echo "home=$HOME"
+echo "arch=$(uname -m)"
+echo "user=$(id -un)"
+echo "os=$( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || uname -s)"
 if [ -f /.dockerenv ]; then
   image_path=$({ tr '\0' '\n' </proc/1/environ; } 2>/dev/null | sed -n 's/^PATH=//p')
   for dir in $(echo "$image_path" | tr ':' ' ') /opt/conda/bin /opt/venv/bin /usr/local/bin; do
@@ -43,7 +46,8 @@ else
   echo docker=0
 fi
 [ "$images" = /dev/null ] || rm -f "$images"
-echo "gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu=/'
+echo "shm_kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $2}')"
 echo "memlock=$(ulimit -Hl)"
 at="$HOME/.gpujob/jobs"
 while [ ! -e "$at" ]; do at=$(dirname "$at"); done
@@ -52,25 +56,37 @@ echo "free_kib=$(df -Pk "$at" 2>/dev/null | awk 'NR == 2 {print $4}')"
 """
 
 
-def host_facts(conn: Connection) -> HostFacts:
+def host_facts(conn: Connection, *, require_python: bool = True) -> HostFacts:
+    """The facts, or a one-line error; a host without python3 is an error unless the caller
+    reports it itself (bootstrap's system step does, with how to fix it)."""
     result = conn.run(["sh", "-c", FACTS_SCRIPT])
     lines = [line.split("=", 1) for line in result.stdout.splitlines() if "=" in line]
-    facts = dict(lines)
-    if not result.ok or not facts.get("python") or not facts.get("version"):
+    facts = {key: value.strip() for key, value in lines}
+    if not result.ok or "home" not in facts or (require_python and not facts.get("version")):
         raise GpujobError(
             f"{conn.host}: cannot read the host's facts (exit {result.exit_code}): "
             f"{result.stderr.strip()[-200:]}",
             "the host needs python3 on its PATH (the agent runs with it)",
         )
-    gpus, free = facts.get("gpus", "0").strip(), facts.get("free_kib", "").strip()
+    gpus = [value.rsplit(",", 1) for key, value in lines if key == "gpu"]
     return HostFacts(
         home=facts["home"],
-        python=facts["python"],
-        version=facts["version"],
+        python=facts.get("python", ""),
+        version=facts.get("version", ""),
         docker=facts.get("docker") == "1",
-        gpus=int(gpus) if gpus.isdigit() else 0,
-        memlock_unlimited=facts.get("memlock", "unlimited").strip() == "unlimited",
-        free_bytes=int(free) * 1024 if free.isdigit() else None,
-        free_at=facts.get("free_at", "").strip(),
-        images=frozenset(value for key, value in lines if key == "image"),
+        gpus=len(gpus),
+        memlock_unlimited=facts.get("memlock", "unlimited") == "unlimited",
+        free_bytes=_kib(facts.get("free_kib")),
+        free_at=facts.get("free_at", ""),
+        images=frozenset(value.strip() for key, value in lines if key == "image"),
+        arch=facts.get("arch", ""),
+        user=facts.get("user", ""),
+        os_name=facts.get("os", ""),
+        gpu_names=tuple(name.strip() for name, *_ in gpus),
+        driver=gpus[0][-1].strip() if gpus and len(gpus[0]) == 2 else None,
+        shm_bytes=_kib(facts.get("shm_kib")),
     )
+
+
+def _kib(text: str | None) -> int | None:
+    return int(text) * 1024 if text and text.isdigit() else None

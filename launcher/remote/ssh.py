@@ -13,9 +13,10 @@ import json
 import os
 import shlex
 import subprocess
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from launcher.agent import agent_argv
 from launcher.errors import GpujobError
 from launcher.remote.base import Result, Sink
 from launcher.remote.batch import HOST_PROGRAM, File, Op, Outcome, ProcessPipe, run_batch
@@ -200,7 +201,6 @@ class SSHConnection:
         the read is simply asked again on a new one, from the last byte received: nothing
         lost, nothing twice."""
 
-        agent = str(PurePosixPath(node_dir).parent / "gpujob-agent.py")
         delivered = 0
 
         def take(chunk: bytes) -> None:
@@ -210,7 +210,7 @@ class SSHConnection:
 
         for attempt in range(READ_ATTEMPTS):
             at = offset + delivered
-            command = shlex.join(["python3", agent, "read", node_dir, str(at), f"{wait_s:g}"])
+            command = shlex.join(agent_argv("python3", node_dir, "read", str(at), f"{wait_s:g}"))
             try:
                 code, data, err = self._exec_bulk(command, take if sink else None)
             except ConnectionLost:

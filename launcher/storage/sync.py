@@ -4,14 +4,19 @@ For a job, that is the job's host, through its Connection: the file is already t
 the agent, the remote's variables go as a 0600 env file that ckpt_sync deletes once read, and
 rclone runs on the host, so checkpoints never travel through this machine. A pull with no
 job runs here. Both print rclone's progress and end with a verified list.
+
+What runs there is one `SyncCommand`, built the same way for a dry run, which prints it and
+then asks ckpt_sync itself (`--dry-run`, in a scratch folder it removes) which rclone
+commands it would run: it lists S3 and the checkpoints, and changes nothing.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -43,6 +48,8 @@ class Where:
     module: str
     scratch: str
     remote_host: bool = False
+    ships: tuple[tuple[str, str], ...] = ()
+    """(file here, path there): the sync modules, put there before the sync runs."""
 
 
 def _local() -> Where:
@@ -61,11 +68,9 @@ def _on_host(name: str) -> Where:
     from launcher.remote.facts import host_facts
 
     conn = ssh_hosts.connect(ssh_hosts.resolve_host(name))
-    home = host_facts(conn).home
-    folder = f"{home}/.gpujob/bin"
-    for source in CHECKPOINT_SOURCES:
-        conn.put_file(source, f"{folder}/{PurePosixPath(source).name}", 0o644)
-    return Where(conn, "python3", f"{folder}/ckpt_sync.py", folder, remote_host=True)
+    folder = f"{host_facts(conn).home}/.gpujob/bin"
+    ships = tuple((s, f"{folder}/{PurePosixPath(s).name}") for s in CHECKPOINT_SOURCES)
+    return Where(conn, "python3", f"{folder}/ckpt_sync.py", folder, True, ships)
 
 
 def _job_side(job: Any) -> tuple[Where, dict[str, Any]]:
@@ -109,58 +114,132 @@ def sync_ckpt(request: SyncRequest) -> int:
         path = _remote_path(request.source, None, "--from")
         where = _on_host(request.on) if request.on else _local()
         dest = request.dest if request.on else str(Path(request.dest).resolve())
-        return _run(
-            where,
-            "pull",
-            path,
-            rclone_config.rclone_path(path.remote, path.prefix),
-            dest,
-            request,
-        )
+        remote = rclone_config.rclone_path(path.remote, path.prefix)
+        return _run(where, _command(where, "pull", path, remote, dest, request), request)
     if not request.job:
         raise UsageError("name a JOB to push its checkpoints, or pull with --from REMOTE:prefix")
-    from launcher.state.db import StateDB
+    from launcher.state.readonly import JobsView
 
-    job = StateDB().job(request.job)
+    job = JobsView().job(request.job)  # a lookup: creates no db
     if job is None:
         raise UsageError(f"no job `{request.job}`", "`gpujob status` lists the jobs")
     where, care = _job_side(job)
     target = request.to or care.get("sync_remote")
     if not target:
+        where.conn.close()
         raise UsageError(f"job {job.id} has no checkpoints.sync_to", "give --to REMOTE:prefix")
     path = _remote_path(target, job.spec_path, "--to")
-    return _run(
-        where,
-        "push",
-        path,
-        care["dir"],
-        rclone_config.rclone_path(path.remote, path.prefix),
-        request,
-    )
+    remote = rclone_config.rclone_path(path.remote, path.prefix)
+    return _run(where, _command(where, "push", path, care["dir"], remote, request), request)
 
 
-def _run(
+@dataclass(frozen=True)
+class SyncCommand:
+    """One sync-ckpt on the side holding the checkpoints, in the order it runs: the modules
+    shipped (`--on`), the remote's variables written as a 0600 file (ckpt_sync deletes it
+    once read), ckpt_sync run, the file removed again in case it never started."""
+
+    host: str
+    direction: str
+    remote: str
+    ships: tuple[tuple[str, str], ...]
+    env_file: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(repr=False)
+
+    @property
+    def cleanup(self) -> tuple[str, ...]:
+        return ("rm", "-f", self.env_file)
+
+    def lines(self) -> list[str]:
+        """The literal steps; the variables by name, their values never."""
+        at = f"on {self.host}:"
+        out = [f"{at} copy  {here} -> {there} (mode 0644)" for here, there in self.ships]
+        out.append(f"{at} write {self.env_file} (mode 0600): "
+                   + ", ".join(f"{name}=***" for name in sorted(self.env)))  # fmt: skip
+        out.append(f"{at} run   {shlex.join(self.argv)}")
+        out.append(f"{at} run   {shlex.join(self.cleanup)}")
+        return out
+
+
+def _argv(python: str, module: str, direction: str, source: str, dest: str, env_file: str,
+          request: SyncRequest) -> tuple[str, ...]:  # fmt: skip
+    argv = [python, module, direction, source, dest, "--env-file", env_file]
+    argv += ["--latest"] if request.latest else []
+    argv += ["--step", str(request.step)] if request.step is not None else []
+    return (*argv, *["--json"] * request.as_json)
+
+
+def _command(
     where: Where, direction: str, path: RemotePath, source: str, dest: str, request: SyncRequest
-) -> int:
+) -> SyncCommand:
     from launcher.storage.remotes import credentials
 
     env = rclone_config.env_vars(path.remote, credentials(path.remote), where.remote_host)
     env_file = str(PurePosixPath(where.scratch) / f".gpujob-sync-{secrets.token_hex(4)}.json")
-    argv = [where.python, where.module, direction, source, dest, "--env-file", env_file]
-    argv += ["--latest"] if request.latest else []
-    argv += ["--step", str(request.step)] if request.step is not None else []
-    argv += ["--dry-run"] * request.dry_run + ["--json"] * request.as_json
-    where.conn.put(env_file, json.dumps(env).encode(), 0o600)
+    argv = _argv(where.python, where.module, direction, source, dest, env_file, request)
+    return SyncCommand(where.conn.host, direction, str(path), where.ships, env_file, argv, env)
+
+
+def _run(where: Where, command: SyncCommand, request: SyncRequest) -> int:
     try:
-        result = where.conn.run(argv, stream=True)
+        if request.dry_run:
+            return _preview(where, command, request)
+        result = _execute(where.conn, command, stream=True)
     finally:
-        where.conn.run(["rm", "-f", env_file])
         where.conn.close()
     if not result.ok:
         said = [line[7:] for line in result.stdout.splitlines() if line.startswith("error: ")]
         raise GpujobError(
-            f"sync-ckpt {direction} {path}: {said[-1] if said else 'failed'}",
+            f"sync-ckpt {command.direction} {command.remote}: {said[-1] if said else 'failed'}",
             "re-run it: copies resume, and only complete checkpoints ever move",
         )
+    sys.stdout.write(result.stdout)
+    return 0
+
+
+def _execute(conn: Connection, command: SyncCommand, stream: bool) -> Any:
+    """The command's steps, in order, through the connection."""
+    for here, there in command.ships:
+        conn.put_file(here, there, 0o644)
+    conn.put(command.env_file, json.dumps(command.env).encode(), 0o600)
+    try:
+        return conn.run(command.argv, stream=stream)
+    finally:
+        conn.run(command.cleanup)
+
+
+def _preview(where: Where, command: SyncCommand, request: SyncRequest) -> int:
+    """The dry run: the command printed, then the rclone commands ckpt_sync would run, asked
+    of ckpt_sync itself (`--dry-run`) from a scratch folder made for it and removed after,
+    so nothing stays behind there (the modules of `--on` go into it, not ~/.gpujob/bin)."""
+    made = where.conn.run(["mktemp", "-d"])
+    scratch = made.stdout.strip()
+    if not made.ok or not scratch.startswith("/"):
+        raise GpujobError(f"{command.host}: cannot make a scratch folder: {made.stderr[-200:]}")
+    try:
+        ships = tuple((here, f"{scratch}/{PurePosixPath(there).name}")
+                      for here, there in command.ships)  # fmt: skip
+        module = f"{scratch}/{PurePosixPath(where.module).name}" if ships else where.module
+        env_file = f"{scratch}/{PurePosixPath(command.env_file).name}"
+        _, _, direction, source, dest = command.argv[:5]
+        argv = _argv(where.python, module, direction, source, dest, env_file, request)
+        probe = replace(command, ships=ships, env_file=env_file, argv=(*argv, "--dry-run"))
+        result = _execute(where.conn, probe, stream=False)
+    finally:
+        where.conn.run(["rm", "-rf", scratch])
+    if not result.ok:
+        said = [line[7:] for line in result.stdout.splitlines() if line.startswith("error: ")]
+        raise GpujobError(
+            f"sync-ckpt {command.direction} {command.remote} (dry run): "
+            f"{said[-1] if said else result.stderr.strip()[-300:] or 'failed'}"
+        )
+    if request.as_json:
+        report = json.loads(result.stdout)
+        report["commands"] = command.lines()
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return 0
+    sys.stdout.write("".join(f"{line}\n" for line in command.lines()))
+    sys.stdout.write("# ckpt_sync would run (it listed S3 and the checkpoints to know):\n")
     sys.stdout.write(result.stdout)
     return 0

@@ -60,8 +60,10 @@ def test_docker_pulls_once_per_host_before_any_start_unless_the_hosts_have_it() 
     assert len(pulls) == 1 and IMAGE in pulls[0].argv[-1]
     there = plan_of(spec_of(nodes=2), replace(DOCKER_TWO, hosts=("a", "a"), image_present=True))
     assert [s.why for n in there.nodes for s in n.steps if isinstance(s, RunCommand)] == [
-        "start the job detached under the agent"
-    ] * 2  # no pull, and no environment built: the image is the environment
+        "copy the workdir into the job folder",
+        "start the job detached under the agent",
+        "start the job detached under the agent",
+    ]  # no pull, and no environment built: the image is the environment
 
 
 def test_secrets_go_in_a_0600_env_file_that_the_dry_run_masks() -> None:

@@ -141,4 +141,5 @@ def test_dry_run_on_a_host_contacts_nothing(gpujob, tmp_path: Path) -> None:
     done = gpujob("submit", str(spec), "--on", "root@192.0.2.1:2222", "--dry-run")
     assert done.exit_code == 0, done.stderr
     assert "on ssh (bare runtime)" in done.stdout
-    assert "~/.gpujob/jobs/" in done.stdout
+    assert "<home>/.gpujob/jobs/" in done.stdout  # the home it could not ask for, unquoted
+    assert "'<home>" not in done.stdout and "~" not in done.stdout
