@@ -39,18 +39,16 @@ def images_dir_for(name: str, start: Path) -> Path:
     return builtin_images_dir()
 
 
+LAYOUT = {"trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
+"""Block tags leave no blank lines behind; a rendered file ends with its newline."""
+
+
 def template_environment(finalize: Callable[[Any], Any] | None = None) -> Any:
     """Jinja over the shipped templates: StrictUndefined (a missing value is an error, never
     an empty string), no HTML autoescape (none of them is HTML: the shell template quotes
     through `finalize`, the others render values gpujob checked)."""
     import jinja2
 
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("launcher", "templates"),
-        undefined=jinja2.StrictUndefined,
-        finalize=finalize,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
+    loader = jinja2.PackageLoader("launcher", "templates")
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                              finalize=finalize, autoescape=False, **LAYOUT)  # fmt: skip

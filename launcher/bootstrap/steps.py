@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from launcher.errors import GpujobError, UsageError
 from launcher.plan.model import HostFacts
@@ -37,8 +37,7 @@ class HostProfile:
     image: str | None = None
 
 
-@dataclass(frozen=True)
-class StepResult:
+class StepResult(NamedTuple):
     """One step's verdict as the user reads it; `hint` is what to do when it failed."""
 
     step: str

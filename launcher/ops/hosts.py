@@ -251,10 +251,9 @@ def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
 
 def bootstrap_json(done: Bootstrapped) -> str:
     import json
-    from dataclasses import asdict
 
     return json.dumps({"host": done.host, "changed": done.changed,
-                       "steps": [asdict(r) for r in done.results],
+                       "steps": [r._asdict() for r in done.results],
                        "facts": done.found.as_json()}, indent=2)  # fmt: skip
 
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.providers.base import (
     TAG,
     CapacityError,
-    GpuRequest,
     Instance,
     Offer,
     ProviderError,
     poll_until_running,
 )
+
+if TYPE_CHECKING:
+    from launcher.providers.base import GpuRequest
 
 DEFAULT_URL = "https://console.vast.ai/api/v0"
 DEFAULT_IMAGE = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from launcher.errors import GpujobError
+from launcher.plan.model import SyncDir
 from launcher.remote.base import Result
 from launcher.remote.ignore import shipped_files
 
@@ -139,17 +140,6 @@ say({"done": files})
 
 
 @dataclass(frozen=True)
-class Sync:
-    """Mirror-or-update `path` from the local folder `source` (files `excludes` and the
-    ignore files leave out stay here)."""
-
-    source: str
-    path: str
-    excludes: tuple[str, ...] = ()
-    mirror: bool = False
-
-
-@dataclass(frozen=True)
 class File:
     path: str
     content: bytes = field(repr=False)  # may be a secret
@@ -162,6 +152,8 @@ class Run:
     stream: bool = False
 
 
+Sync = SyncDir
+"""A folder to mirror or update: the plan's own step, carried as it is."""
 Op = Sync | File | Run
 
 

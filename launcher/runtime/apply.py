@@ -29,7 +29,7 @@ from launcher.plan.model import (
     WriteFile,
 )
 from launcher.remote.base import Connection, Result
-from launcher.remote.batch import File, Op, Outcome, Run, Sync
+from launcher.remote.batch import File, Op, Outcome, Run
 
 Report = Callable[[str], None]
 FirstRead = tuple[bytes, dict[str, Any]]
@@ -79,7 +79,7 @@ def _prepare(
             ops.append(File(*_file_of(step)))
         elif isinstance(step, SyncDir):
             syncs += 1
-            ops.append(Sync(step.source, step.path, step.excludes, mirror=step.mirror))
+            ops.append(step)
         elif isinstance(step, RunCommand):
             ops.append(Run(step.argv, stream=not step.starts_job))
             commands.append(step)

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 
 from launcher.errors import UsageError
-from launcher.spec.job import StrictModel
+from launcher.spec.job import StrictModel, each_matching
 from launcher.spec.yaml_lines import dotted, read_yaml
 
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
@@ -54,10 +54,7 @@ class ImageDefinition(StrictModel):
     @field_validator("requirements")
     @classmethod
     def _exact_pins(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if not PIN.match(item):
-                raise ValueError(f"`{item}` is not an exact pin; write it as name==version")
-        return value
+        return each_matching(value, PIN, "is not an exact pin; write it as name==version")
 
     @property
     def pins(self) -> list[str]:

@@ -316,10 +316,7 @@ class JobSpec(StrictModel):
     @field_validator("secrets")
     @classmethod
     def _secret_names(cls, value: list[str]) -> list[str]:
-        for key in value:
-            if not ENV_NAME.match(key):
-                raise ValueError(f"`{key}` is not a valid environment variable name")
-        return value
+        return each_matching(value, ENV_NAME, "is not a valid environment variable name")
 
     @model_validator(mode="after")
     def _batch_divides(self) -> JobSpec:
@@ -362,3 +359,11 @@ def _nearest_multiples(value: int, step: int) -> str:
     below = (value // step) * step
     above = below + step
     return f"{below} or {above}" if below else str(above)
+
+
+def each_matching(values: list[str], pattern: re.Pattern[str], refusal: str) -> list[str]:
+    """`values` when every one matches `pattern`; else the first that does not, refused."""
+    for item in values:
+        if not pattern.match(item):
+            raise ValueError(f"`{item}` {refusal}")
+    return values

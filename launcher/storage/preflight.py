@@ -77,7 +77,9 @@ def check_before_start(
     a remote host, the disk budget measured there (`facts` may hold its free space already,
     read with the host's facts)."""
     if plan.provider != "local":
-        _remote_host_checks(loaded, plan, environment, connections, report, facts or {})
+        node = plan.nodes[0]  # node 0's host stands for the others: the same image and paths
+        known = (facts or {}).get(node.host)
+        _remote_host_checks(loaded, node, connections[node.host], environment, known, report)
         return
     from launcher.storage.s3 import RemoteUnreachable, check
 
@@ -97,21 +99,14 @@ def check_before_start(
 
 
 def _remote_host_checks(
-    loaded: LoadedSpec,
-    plan: Any,
-    environment: str | None,
-    connections: dict[str, Any],
+    loaded: LoadedSpec, node: Any, conn: Any, environment: str | None, known: Any,
     report: Callable[[str], None],
-    facts: dict[str, Any],
-) -> None:
+) -> None:  # fmt: skip
     from launcher.storage import on_host
     from launcher.storage.budget import check_budget
     from launcher.storage.s3 import RemoteUnreachable
 
-    node = plan.nodes[0]
-    conn = connections[node.host]
     job_root = str(Path(node.job_dir).parent)
-    known = facts.get(node.host)
     if environment is None and known is not None and known.free_bytes is not None:
         free, where, to_create = known.free_bytes, known.free_at, 0
     else:
