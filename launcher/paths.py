@@ -5,7 +5,7 @@ tests and for users who keep state elsewhere:
 
 | what | variable | default (Linux) |
 | --- | --- | --- |
-| state: jobs and hosts db, host-key pins | `GPUJOB_STATE_DIR` | `~/.local/state/gpujob` |
+| state: jobs and hosts db, host-key pins, owner id | `GPUJOB_STATE_DIR` | `~/.local/state/gpujob` |
 | cache: job environments, image wheels | `GPUJOB_CACHE_DIR` | `~/.cache/gpujob` |
 | config: S3 remotes (config.yaml) | `GPUJOB_CONFIG_DIR` | `~/.config/gpujob` |
 | SSH hosts you have | `GPUJOB_HOSTS_FILE` | `<config>/hosts.yaml` |
@@ -62,6 +62,11 @@ def hosts_file() -> Path:
 def known_hosts_file() -> Path:
     """gpujob's own host-key pins, never the user's ~/.ssh/known_hosts."""
     return state_dir() / "known_hosts"
+
+
+def owner_file() -> Path:
+    """The owner id that every instance this state launches carries (launcher.state.owner)."""
+    return state_dir() / "owner"
 
 
 def ssh_config_file() -> Path:

@@ -4,6 +4,9 @@
   Lambda's VM with Docker. Login is root (Lambda's is `ubuntu`). The lab's own key opens
   every lab host; a different key named at launch is written to /root/.ssh/authorized_keys
   and sshd is told to read that file too (the lab's sshd_config names only the lab key).
+  As clouds do, a new instance gets the address a terminated one had (the last freed one
+  that no host holds), with a host key of its own: what a client pinned for the old machine
+  must not be trusted, nor refused, for the new one.
 - A Vast instance is a container on a lab "machine" host, `gjlab-v<machine_id>`, started
   from the requested image through that host's dockerd. Vast's entrypoint is emulated: it
   writes root's authorized_keys from the registered keys (on every start, as Vast rewrites
@@ -58,6 +61,7 @@ class LabBackend:
         self.records: dict[str, dict[str, Any]] = (
             json.loads(records.read_text()) if records.exists() else {}
         )
+        self.freed: list[str] = []  # addresses of terminated VMs, the last freed last
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,9 +80,23 @@ class LabBackend:
             taken = set(state.read_state()["hosts"]) | {r["host"] for r in self.records.values()}
             name = next(f"gjlab-l{n}" for n in range(1, 10000) if f"gjlab-l{n}" not in taken)
             self._record(instance_id, kind="vm", host=name, keys=ssh_public_key)
+            self._reuse_address(name)
         host = hosts.create_host(name, docker=True)
         self._install_vm_keys(name, host.address, ssh_public_key.splitlines(), replace=True)
         return host.address, host.ssh_port
+
+    def _reuse_address(self, name: str) -> None:
+        """Give host `name` the last freed address no host holds, by recording it for the
+        host before `create_host` reads the record (which otherwise hands out the next
+        address round the /24). The host was destroyed with its neighbour entry flushed, so
+        this machine meets the new one at once."""
+        with state.locked_state() as lab:
+            used = {rec["address"] for rec in lab["hosts"].values()}
+            while self.freed:
+                address = self.freed.pop()
+                if address not in used:
+                    lab["hosts"][hosts.host_name(name)] = {"address": address, "docker": True}
+                    return
 
     def _install_vm_keys(self, name: str, address: str, keys: list[str], *, replace: bool) -> None:
         ssh_dir = boot.host_dir(name) / "root" / ".ssh"
@@ -154,7 +172,10 @@ class LabBackend:
             if rec is None:
                 return
             if rec["kind"] == "vm":
+                held = state.read_state()["hosts"].get(hosts.host_name(rec["host"]), {})
                 hosts.destroy_host(rec["host"])
+                if held.get("address"):
+                    self.freed.append(held["address"])
             else:
                 if rec.get("docker_host") and Path(rec["docker_host"][7:]).exists():
                     self._docker(rec["docker_host"], ["rm", "-f", rec["container"]], check=False)

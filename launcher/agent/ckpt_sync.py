@@ -42,6 +42,7 @@ from ckpt_rclone import TUNED, Rclone, SyncError, rcat, rclone_env, read_env_fil
 
 __all__ = ["TUNED", "Moved", "Rclone", "SyncError", "rcat", "rclone_env", "read_env_file"]
 
+
 @dataclass
 class Moved:
     name: str

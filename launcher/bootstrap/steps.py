@@ -85,7 +85,37 @@ def system(conn: Connection, profile: HostProfile, found: Findings) -> StepResul
     if not facts.version:
         return StepResult("system", "failed", f"{detail}: no python3",
                           "install python3 on the host: gpujob's agent runs with it")  # fmt: skip
-    return StepResult("system", "ok", detail)
+    made = _make_venv(conn)
+    if made.ok:
+        return StepResult("system", "ok", f"{detail}, venv ok")
+    if profile.runtime == "docker":  # jobs run in the image's own environment
+        return StepResult("system", "ok", f"{detail} (no venv here: {_last(made)})")
+    fixed = conn.run(["sh", "-c", INSTALL_VENV.replace("VERSION", facts.version)])
+    if fixed.ok and _make_venv(conn).ok:
+        return StepResult("system", "fixed", f"{detail}, python{facts.version}-venv installed")
+    return StepResult("system", "failed", f"{detail}: cannot make a venv ({_last(made)})",
+                      f"install python{facts.version}-venv (Debian/Ubuntu) on the host: job "
+                      "environments are venvs")  # fmt: skip
+
+
+MAKE_VENV = 'd=$(mktemp -d) && python3 -m venv "$d/v"; code=$?; rm -rf "$d"; exit $code'
+"""A venv with pip, as the job environment is made: Debian's python3 without python3-venv
+fails here ("ensurepip is not available"), and a job would fail later with only a banner."""
+INSTALL_VENV = (
+    "export DEBIAN_FRONTEND=noninteractive; command -v apt-get >/dev/null || exit 127; "
+    'if [ "$(id -u)" = 0 ]; then s=; else s="sudo -n"; fi; '
+    "$s apt-get install -y -qq pythonVERSION-venv >/dev/null 2>&1 || "
+    "{ $s apt-get update -qq >/dev/null 2>&1 && $s apt-get install -y -qq pythonVERSION-venv; }"
+)
+
+
+def _make_venv(conn: Connection) -> Any:
+    return _sh(conn, MAKE_VENV)
+
+
+def _last(result: Any) -> str:
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1][-200:] if lines else f"exit {result.exit_code}"
 
 
 def gpu(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:

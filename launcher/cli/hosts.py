@@ -106,10 +106,19 @@ def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
 
 @click.command()
 @click.argument("host", required=False)
-@click.option("--all", "everything", is_flag=True, help="Every gpujob host on every cloud.")
+@click.option("--all", "everything", is_flag=True, help="Every host of ours on every cloud.")
 @click.option("--dry-run", is_flag=True, help="Show what would be terminated.")
-def down(host: str | None, everything: bool, dry_run: bool) -> None:
-    """Terminate a host gpujob rented (HOST: name or instance id), or --all of them."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Terminate HOST even when another owner's gpujob launched it (their jobs are "
+    "neither cancelled nor synced).",
+)
+def down(host: str | None, everything: bool, dry_run: bool, force: bool) -> None:
+    """Terminate a host gpujob rented (HOST: name or instance id), or --all of ours.
+
+    Only instances this state launched are ours; another owner's gpujob instances on the
+    same account are listed and left alone, and naming one takes --force."""
     from launcher.ops.hosts import down as run_down
 
-    sys.exit(run_down(host, everything, dry_run))
+    sys.exit(run_down(host, everything, dry_run, force=force))

@@ -28,6 +28,13 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--runtime", type=click.Choice(["auto", "docker", "bare"]), default="auto",
               show_default=True, help="auto: docker where the host has it.")  # fmt: skip
 @click.option("--allow-cpu", is_flag=True, help="With --up: accept hosts without a GPU (lab).")
+@click.option(
+    "--disk",
+    default=0,
+    type=click.IntRange(min=0),
+    help="With --up: least disk per host, GB (the disk budget is checked against it).",
+)
+@click.option("--max-price", type=float, help="With --up: highest $/hour per host.")
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.ops.submit import SubmitOptions

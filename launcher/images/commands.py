@@ -108,6 +108,19 @@ def read_lock(name: str, images: Path | None = None) -> tuple[Path, Lock]:
     return path, parse_lock(path.read_text(), str(path))
 
 
+def current_lock(name: str, images: Path | None = None) -> tuple[Path, Lock]:
+    """The lock, refused when its definition changed since it was made."""
+    images = images_folder(name, images)
+    path, lock = read_lock(name, images)
+    definition = read_definition(name, images)
+    if lock.definition_sha256 != hashlib.sha256(definition.text.encode()).hexdigest():
+        raise UsageError(
+            f"{path}: the lock is older than {definition.path}",
+            f"run: gpujob image lock {name}",
+        )
+    return path, lock
+
+
 def build_image(
     name: str,
     push: str | None,
@@ -118,13 +131,7 @@ def build_image(
 ) -> BuildPlan:
     """Plan the build from the checked-in lock; unless dry_run, carry it out."""
     images = images_folder(name, images)
-    path, lock = read_lock(name, images)
-    definition = read_definition(name, images)
-    if lock.definition_sha256 != hashlib.sha256(definition.text.encode()).hexdigest():
-        raise UsageError(
-            f"{path}: the lock is older than {definition.path}",
-            f"run: gpujob image lock {name}",
-        )
+    path, lock = current_lock(name, images)
     if not dry_run:
         wheelhouse.require_known_hashes(lock, str(path))
     plan = plan_build(lock, catalog_for(images), push)

@@ -1,39 +1,43 @@
 """`gpujob up` and `gpujob down`: rent GPU hosts, wait until SSH answers, give them back.
 
 `up` records each host before its launch call, so nothing it starts can be forgotten: a
-failed `up` terminates what it made, and one cut short leaves a row that the next `up` or
-`down --all` reconciles with the cloud's tagged instances. Messages go to stderr, tables
+failed or interrupted `up` (Ctrl-C, SIGTERM, SIGHUP: ops.rent) terminates what it made, and
+one killed outright leaves a row that the next `up` or `down --all` reconciles with the
+cloud's tagged instances. Messages go to stderr, tables
 to stdout. rich is imported inside the functions that draw.
 """
 
 from __future__ import annotations
 
-import secrets
 import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import click
 
 from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
 from launcher.errors import ExitCode, GpujobError, UsageError
-from launcher.ops.reconcile import reconcile, record
+from launcher.ops.interrupts import cleaning
+from launcher.ops.reconcile import Reconciliation, reconcile, record
+from launcher.ops.rent import Rent, renting, settle
+from launcher.ops.rent import current as current_rent
 from launcher.providers.base import (
     STOP,
-    TAG,
     GpuRequest,
     Instance,
-    LostAnswer,
     Offer,
     Provider,
+    Stopped,
+    instance_name,
     launch_cheapest,
     no_offers,
     parse_gpu_request,
 )
-from launcher.remote.keys import public_key, user_key
+from launcher.remote.keys import public_key
 from launcher.state.hosts import HostsDB
 from launcher.state.readonly import HostsView
 
@@ -73,6 +77,17 @@ def offers_table(offers: list[Offer], shown: int = 10) -> None:
 
 
 def up(options: UpOptions) -> int:
+    """An error, Ctrl-C, SIGTERM or SIGHUP before the hosts are printed terminates them
+    (ops.rent); the command then exits 1, or 128 + the signal's number."""
+    with renting("up") as rent:
+        return _up(options, rent)
+
+
+def _up(options: UpOptions, rent: Rent) -> int:
+    if options.image and not options.dry_run:  # before the first cloud call
+        from launcher.ops.before_rent import check_registry
+
+        check_registry(options.image, say)
     provider, request, offers, db = _offers(options)
     if options.dry_run:
         say(
@@ -83,20 +98,22 @@ def up(options: UpOptions) -> int:
     if not options.yes:
         click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
                       f"${offers[0].price_per_hour:.2f}/h each?", abort=True, err=True)  # fmt: skip
-    made = _launch_all(provider, request, options, public_key(), db)
+    made = _launch_all(provider, request, options, public_key(), db, rent)
     for inst in made:
         click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
                    f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
+    rent.keep()
     return ExitCode.OK
 
 
 def launch_hosts(options: UpOptions) -> list[Instance]:
-    """`up` for `submit --up`: the offers are shown, nothing is asked (the submit is the
-    request) and the running hosts are returned; a dry run launches none."""
+    """`up` for `submit --up`, inside its `rent.renting()`: the offers are shown, nothing is
+    asked (the submit is the request) and the running hosts are returned, still the rent's
+    until the job starts; a dry run launches none."""
     provider, request, _, db = _offers(options)
     if options.dry_run:
         return []
-    return _launch_all(provider, request, options, public_key(), db)
+    return _launch_all(provider, request, options, public_key(), db, current_rent())
 
 
 def _offers(options: UpOptions) -> tuple[Provider, GpuRequest, list[Offer], HostsDB]:
@@ -122,75 +139,83 @@ def _offers(options: UpOptions) -> tuple[Provider, GpuRequest, list[Offer], Host
 
 
 def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
-                db: HostsDB) -> list[Instance]:  # fmt: skip
+                db: HostsDB, rent: Rent) -> list[Instance]:  # fmt: skip
     """Launch `count` hosts, one purchase at a time (Vast: search again after each; Lambda:
-    one launch per 12 s), and wait for them together. All or nothing."""
+    one launch per 12 s), and wait for them together. All or nothing: at the first failure
+    or signal `rent` terminates what was launched, then the workers stop at their next wait."""
+    from concurrent.futures import FIRST_EXCEPTION, Future, wait
+
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    names = [f"{TAG}{request.gpu.name}-{secrets.token_hex(3)}" for _ in range(options.count)]
+    from launcher.providers.reach import wait_for_ssh
+
+    rent.bind(provider, db, _end_connection)
+    names = [instance_name(request.gpu.name) for _ in range(options.count)]
     deadline = time.monotonic() + options.timeout
     buying = threading.Lock()
-    made: dict[str, Instance] = {}
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=Console(file=sys.stderr), transient=False)  # fmt: skip
 
+    def show(text: str, task: Any = None) -> None:
+        """A host's progress: drawn in place on a terminal; elsewhere (a pipe, a log), where
+        rich draws only the last state, also printed as a line."""
+        if task is not None:
+            progress.update(task, description=text)
+            if progress.console.is_terminal:
+                return
+            text = f"gpujob: {text}"
+        progress.console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+    def report(line: str) -> None:  # a bootstrap step's result; the next starts only if wanted
+        show(line)
+        if STOP.is_set():
+            raise Stopped("interrupted")
+
     def one(name: str) -> Instance:
         task = progress.add_task(f"{name}: waiting to launch")
-        with buying:
-            progress.update(task, description=f"{name}: launching")
-            db.intend(name, provider.name, request.label)
-            try:
-                inst = launch_cheapest(provider, request, name, key)
-            except LostAnswer:
-                raise  # the row stays `launching`: the cloud may hold it under its tag
-            except BaseException:
-                db.update(name, status="failed")
-                raise
-            made[name] = inst
-            db.update(name, inst)
-        progress.update(task, description=f"{name}: {provider.name} {inst.id} booting")
-        inst = provider.wait_until_running(inst.id, max(1.0, deadline - time.monotonic()))
-        db.update(name, inst, status="booting")
-        progress.update(task, description=f"{name}: waiting for SSH on {inst.ip}:{inst.ssh_port}")
-        from launcher.providers.reach import wait_for_ssh
 
+        def buy() -> Instance:
+            show(f"{name}: launching on {provider.name}", task)
+            return launch_cheapest(provider, request, name, key)
+
+        with buying:
+            inst = rent.launch(name, request.label, buy)
+        show(f"{name}: {provider.name} {inst.id} booting", task)
+        inst = provider.wait_until_running(inst.id, max(1.0, deadline - time.monotonic()))
+        rent.update(name, inst, "booting")
+        show(f"{name}: waiting for SSH on {inst.ip}:{inst.ssh_port}", task)
         wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
         if options.bootstrap:
-            progress.update(task, description=f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}")
-            bootstrap_instance(
-                provider,
-                inst,
-                options,
-                lambda line: progress.console.print(
-                    line, soft_wrap=True, markup=False, highlight=False
-                ),
-                fresh=True,
-            )
-        db.update(name, inst, status="running")
-        progress.update(task, description=f"{name}: ready at {inst.ip}:{inst.ssh_port}")
+            show(f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}", task)
+            bootstrap_instance(provider, inst, options, report)
+        rent.update(name, inst, "running")
+        show(f"{name}: ready at {inst.ip}:{inst.ssh_port}", task)
         return inst
 
     pool = ThreadPoolExecutor(options.count)
+    futures: list[Future[Instance]] = []
     try:
         with progress:
             futures = [pool.submit(one, name) for name in names]
-            errors = [f.exception() for f in futures]
-        pool.shutdown()
-        failed = next((e for e in errors if e is not None), None)
+            wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
         if failed is not None:
             raise failed
         return [f.result() for f in futures]
-    except BaseException:
-        # Ctrl-C lands here, in the main thread: the workers stop polling at their next
-        # wait, and only then is everything they launched terminated (a launch in flight
-        # finishes first, so it is undone too).
-        STOP.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        _undo(provider, names, made, db)
+    except BaseException as error:
+        # Ctrl-C, SIGTERM and SIGHUP land here too, in the main thread (ops.interrupts). A
+        # launch in flight is waited for, so that what it makes is terminated too; a worker
+        # further on stops at its next wait, or when its terminated host's connection ends.
+        with cleaning():
+            STOP.set()
+            rent.undo(interrupted=isinstance(error, KeyboardInterrupt))
+            settle(futures)
         raise
     finally:
-        STOP.clear()
+        pool.shutdown(wait=False, cancel_futures=True)
+        if all(f.done() for f in futures):  # else a signal cut the wait short: we are ending
+            STOP.clear()
 
 
 def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:
@@ -200,20 +225,13 @@ def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:
 
 
 def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
-                       report: Callable[[str], None], *, fresh: bool) -> Bootstrapped:  # fmt: skip
-    """Log in with the key registered at launch and make the host ready. A `fresh` instance's
-    address may have served an earlier machine: its old pin is dropped before the first
-    contact pins the new key (never on a later contact, where a change is refused)."""
-    from launcher.paths import known_hosts_file
-    from launcher.providers.ssh import HostEntry, connect
-    from launcher.remote.hostkeys import KnownHosts, host_id
+                       report: Callable[[str], None]) -> Bootstrapped:  # fmt: skip
+    """Log in with the key registered at launch and make the host ready. The first contact
+    pins the host's key for this instance: an address that served an earlier machine is
+    met as the new one it is (remote.hostkeys), and a later change is refused."""
+    from launcher.providers.ssh import connect, instance_entry
 
-    port = int(inst.ssh_port or 22)
-    if fresh:
-        KnownHosts(known_hosts_file()).forget(host_id(str(inst.ip), port))
-        _end_connection(inst)  # one to an earlier machine at this address
-    entry = HostEntry(inst.name, str(inst.ip), port, inst.ssh_user, str(user_key()))
-    conn = connect(entry)
+    conn = connect(instance_entry(inst))
     try:
         runtime = getattr(provider, "runtime", "docker")
         return bootstrap(conn, inst.name, host_profile(runtime, options), report)
@@ -257,52 +275,36 @@ def bootstrap_json(done: Bootstrapped) -> str:
                        "facts": done.found.as_json()}, indent=2)  # fmt: skip
 
 
-def _undo(provider: Provider, names: list[str], made: dict[str, Instance],
-          db: HostsDB) -> None:  # fmt: skip
-    """Terminate what this `up` created. An instance whose launch answer was lost has no id
-    here: look for its tag. If even that fails, its row stays `launching` for reconcile."""
-    missing = [n for n in names if n not in made]
-    if missing:
-        try:
-            for inst in provider.list():
-                if inst.name in missing:
-                    made[inst.name] = inst
-                    db.update(inst.name, inst)
-        except GpujobError as error:
-            say(f"could not look for instances of a lost launch answer: {error.one_line()}")
-            say("run `gpujob down --all` to remove anything left")
-    for name, inst in made.items():
-        try:
-            provider.terminate(inst.id)
-            db.update(name, status="terminated")
-            say(f"terminated {name} ({provider.name} {inst.id}) after the failed up")
-        except GpujobError as error:
-            say(f"could not terminate {name} ({inst.id}): {error.one_line()}")
-
-
-def down(reference: str | None, everything: bool, dry_run: bool,
-         timeout: float = 300.0) -> int:  # fmt: skip
-    """Terminate one host (name, name without the tag, or instance id) or every gpujob host,
-    then read each back until the cloud says it is going or gone. A dry run reads the clouds
-    and the db, changes neither, and prints what it would do, in order."""
+def down(reference: str | None, everything: bool, dry_run: bool, timeout: float = 300.0,
+         force: bool = False) -> int:  # fmt: skip
+    """Terminate one host (name, name without the tag, or instance id) or every host of ours,
+    then read each back until the cloud says it is going or gone. Another owner's instances
+    are listed and left alone; naming one is refused unless `force`. A dry run reads the
+    clouds and the db, changes neither, and prints what it would do, in order."""
+    from launcher.ops.reconcile import named, not_ours
     from launcher.ops.status import cancel_first
     from launcher.providers.registry import configured, get_provider
 
     if bool(reference) == everything:
         raise UsageError("name one HOST or pass --all", "see `gpujob down --help`")
+    if force and everything:
+        raise UsageError("--force goes with one HOST, never --all",
+                         "another owner's instance is taken only by name")  # fmt: skip
     db = _hosts_db(dry_run)
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
     for cloud in clouds:
         provider = get_provider(cloud)
-        _reconciled(provider, db, dry_run)
-        for inst in provider.list():
-            if everything or reference in (inst.id, inst.name, inst.name.removeprefix(TAG)):
-                targets.append((provider, inst))
+        found = _reconciled(provider, db, dry_run, foreign=everything)
+        mine = [i for i in found.ours if everything or named(i, str(reference))]
+        theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
+        if theirs and not force:
+            raise not_ours(theirs[0])
+        targets += [(provider, inst) for inst in mine + theirs]
     if not targets:
         if reference:
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
-        say("no gpujob hosts are running")
+        say("no gpujob hosts of ours are running")
         return ExitCode.OK
     stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
@@ -311,7 +313,8 @@ def down(reference: str | None, everything: bool, dry_run: bool,
         for provider, inst in targets:
             click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status}):"
                        f" {provider.name}.terminate({inst.id!r}), describe() until terminating,"
-                       " its row marked terminated, its SSH connection ended")  # fmt: skip
+                       " its row marked terminated, its SSH connection ended, its pinned"
+                       " host keys dropped")  # fmt: skip
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
@@ -327,13 +330,16 @@ def _hosts_db(dry_run: bool) -> HostsDB:
     return HostsView() if dry_run else HostsDB()
 
 
-def _reconciled(provider: Provider, db: HostsDB, dry_run: bool) -> None:
-    """The db squared with the cloud's tags; a dry run says what it would change."""
+def _reconciled(provider: Provider, db: HostsDB, dry_run: bool,
+                foreign: bool = True) -> Reconciliation:  # fmt: skip
+    """The db squared with the cloud's tags; a dry run says what it would change. With
+    `foreign`, another owner's instances are listed as left alone."""
     found = reconcile(provider, db)
     if not dry_run:
         record(db, found)
-    for line in found.lines(would=dry_run):
+    for line in found.lines(would=dry_run, foreign=foreign):
         say(line)
+    return found
 
 
 def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:
@@ -358,10 +364,16 @@ def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) 
 
 def _end_connection(inst: Instance) -> None:
     """End gpujob's master SSH connection to a host that is gone (it would wait out its
-    keepalives otherwise) or whose address now serves another machine."""
+    keepalives otherwise) and drop its pinned keys: its address will serve another machine."""
+    from launcher.paths import known_hosts_file
+    from launcher.remote.hostkeys import KnownHosts, instance_key
+
+    instance = instance_key(inst.provider, inst.id)
+    KnownHosts(known_hosts_file()).forget_instance(instance)
     if not inst.ip:
         return
     from launcher.remote.openssh import Endpoint, stop_masters
 
     port = int(inst.ssh_port or 22)
-    stop_masters(endpoints=[Endpoint(inst.name, str(inst.ip), port, inst.ssh_user, ())])
+    stop_masters(endpoints=[Endpoint(inst.name, str(inst.ip), port, inst.ssh_user, (),
+                                     instance=instance)])  # fmt: skip

@@ -32,6 +32,8 @@ class SubmitOptions:
     provider: str = "lambda"
     runtime: str = "auto"
     allow_cpu: bool = False
+    disk: int = 0
+    max_price: float | None = None
 
 
 def new_job_id(name: str) -> str:
@@ -39,6 +41,13 @@ def new_job_id(name: str) -> str:
 
 
 def submit(options: SubmitOptions) -> int:
+    if options.up and not options.dry_run:
+        # Every way out before the job has started (an error, a refusal, Ctrl-C, SIGTERM,
+        # SIGHUP) terminates what --up rented; the job's start hands the hosts over.
+        from launcher.ops.rent import renting
+
+        with renting("submit --up"):
+            return _submit(options, None)
     early = None
     if options.on and not options.up and not options.dry_run:
         from launcher.ops.placement import EarlyContact
@@ -69,14 +78,6 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         image = load_image_definition(spec.image, loaded.path.parent)
     except UsageError as err:
         raise UsageError(f"{loaded.where('image')}: image: {err.message}", err.hint) from None
-    if options.up and options.provider == "vast":
-        # A Vast instance IS a container of the job's image: the job runs in its environment
-        # as it is; building another from the pins there would be slow and offline.
-        placed = _placement(options, spec, None, up_image=image)
-        image = None
-    else:
-        placed = _placement(options, spec, image, early=early)
-    target, connections = placed.target, placed.connections
     job_id = options.job_id or new_job_id(spec.name)
     if not JOB_ID.fullmatch(job_id):
         raise UsageError(
@@ -90,10 +91,25 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         spec_where=loaded.where("run", "args"),
         agent_modules=AGENT_MODULES,
     )
-    sync = preflight(loaded, target, image, say)
-    plan = build_plan(
-        spec, target, job_id, secret_values, image, sources, sync, follow=not options.detach
-    )
+
+    def plan_for(target: Any, image: Any, report: Any = say) -> Any:
+        sync = preflight(loaded, target, image, report)
+        return build_plan(
+            spec, target, job_id, secret_values, image, sources, sync, follow=not options.detach
+        )
+
+    # A Vast instance IS a container of the job's image: the job runs in its environment as
+    # it is; building another from the pins there would be slow and offline.
+    in_image = options.up is not None and options.provider == "vast"
+    if options.up and not options.dry_run:
+        options = _clear_the_rent(options, loaded, image, in_image, plan_for)
+    if in_image:
+        placed = _placement(options, spec, None, up_image=image)
+        image = None
+    else:
+        placed = _placement(options, spec, image, early=early)
+    target, connections = placed.target, placed.connections
+    plan = plan_for(target, image)
     if options.dry_run:
         sys.stdout.write(plan_json(plan) if options.as_json else plan_text(plan))
         return 0
@@ -105,6 +121,36 @@ def _submit(options: SubmitOptions, early: Any) -> int:
     finally:
         for conn in connections.values():
             conn.close()
+
+
+def _clear_the_rent(
+    options: SubmitOptions, loaded: Any, image: Any, in_image: bool, plan_for: Any
+) -> SubmitOptions:
+    """`--up`: every check this machine can make, before the first cloud call: the plan for
+    placeholder hosts (as --dry-run builds it, merge guard included), the S3 remotes from
+    here, the image, the disk budget. Returns the options with the disk an offer needs."""
+    from dataclasses import replace
+
+    from launcher.ops import placement
+    from launcher.ops.before_rent import check_before_rent
+    from launcher.plan.placement import image_reference
+    from launcher.providers.ssh import HostEntry
+
+    spec = loaded.spec
+    entries = [HostEntry(name=f"<new {options.provider} host {rank}>", address="192.0.2.1")
+               for rank in range(spec.nodes)]  # fmt: skip
+    runtime = "bare" if in_image else options.runtime
+
+    def rehearse() -> None:
+        assumed = placement.remote_placement(
+            spec, None if in_image else image, entries, runtime=runtime,  # type: ignore[arg-type]
+            dry_run=True, provider=options.provider,
+        )  # fmt: skip
+        plan_for(assumed.target, None if in_image else image, lambda _: None)
+
+    ref = image_reference(spec.image, image)
+    cleared = check_before_rent(loaded, image, ref, options.disk, rehearse, say)
+    return replace(options, disk=max(options.disk, cleared.min_disk_gb))
 
 
 def _placement(
@@ -142,22 +188,20 @@ def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[A
     a dry run shows the offers and rents nothing."""
     from launcher.ops.hosts import UpOptions, launch_hosts
     from launcher.plan.placement import image_reference
-    from launcher.providers.ssh import HostEntry
-    from launcher.remote.keys import user_key
+    from launcher.providers.ssh import HostEntry, instance_entry
 
     request = UpOptions(gpu=options.up or "", provider=options.provider, count=spec.nodes,
                         yes=True, dry_run=options.dry_run, allow_cpu=options.allow_cpu,
-                        image=image_reference(spec.image, image))  # fmt: skip
+                        image=image_reference(spec.image, image), disk=options.disk,
+                        max_price=options.max_price)  # fmt: skip
     if options.provider == "vast" and request.image:
         os.environ.setdefault("GPUJOB_VAST_IMAGE", request.image)  # the instance IS the image
     instances = launch_hosts(request)
-    key = str(user_key())
     if options.dry_run:
         entries = [HostEntry(name=f"<new {options.provider} host {rank}>", address="<its ip>")
                    for rank in range(spec.nodes)]  # fmt: skip
         return entries, options.provider
-    entries = [HostEntry(name=inst.name, address=str(inst.ip), port=inst.ssh_port,
-                         user=inst.ssh_user, key=key) for inst in instances]  # fmt: skip
+    entries = [instance_entry(inst) for inst in instances]  # pinned per instance
     return entries, options.provider
 
 
@@ -185,6 +229,9 @@ def _start(
     except BaseException:
         db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
         raise
+    from launcher.ops.rent import hand_over
+
+    kept = hand_over()  # the job runs on the hosts --up rented: they outlive the command now
     db.update_job(job_id, "running")
     if options.detach:
         say(f"detached; follow it with: gpujob logs {job_id} -f")
@@ -193,7 +240,23 @@ def _start(
     from launcher.ops.logs import logs
 
     conns = job_connections(db.job(job_id), connections)
-    return logs(job_id, follow=True, connections=conns, first_reads=first_reads)
+    try:
+        return logs(job_id, follow=True, connections=conns, first_reads=first_reads)
+    finally:
+        if kept:
+            _hosts_stay(db, job_id, kept)
+
+
+def _hosts_stay(db: StateDB, job_id: str, hosts: list[str]) -> None:
+    """Following ended (Ctrl-C, SIGTERM, SIGHUP, a lost connection) with the job still
+    running: its hosts are not terminated under it, and still cost money; say so."""
+    from launcher.agent.states import TERMINAL
+
+    job = db.job(job_id)
+    if job is not None and job.state not in TERMINAL:
+        down = f"gpujob down {hosts[0]}" if len(hosts) == 1 else "gpujob down HOST"
+        say(f"its hosts keep running (and billing) for it: {', '.join(hosts)}; reattach "
+            f"with `gpujob logs {job_id} -f`; `{down}` removes them")  # fmt: skip
 
 
 def _secret_values(loaded: Any) -> dict[str, str]:

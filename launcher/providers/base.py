@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from launcher.errors import GpujobError, UsageError
+from launcher.state.owner import TAG as TAG  # the tag and the names it starts, re-exported
+from launcher.state.owner import owner
+from launcher.state.owner import owner_in_name as owner_in_name
 
-# Every instance gpujob creates carries this prefix in its name (Lambda) or label (Vast):
-# it is how `down --all` and `reconcile` find them from any machine, with no db at all.
-TAG = "gpujob-"
+
+def instance_name(gpu: str) -> str:
+    """`gpujob-<owner8>-<gpu>-<hex>`: the tag, this state's owner (made on first use), the
+    GPU asked for, and a random part; at most 32 characters (Lambda allows 64)."""
+    import secrets
+
+    return f"{TAG}{owner().short}-{gpu}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,11 @@ class Instance:
     price_per_hour: float | None = None
     created_at: float | None = None
     detail: str = field(default="", compare=False)
+    owner: str | None = field(default=None, compare=False)
+    """The owner id it carries: a cloud's tag (the whole id), else its name's 8 characters;
+    None for an instance from before owners."""
+    user: str | None = field(default=None, compare=False)
+    """Who launched it, where the cloud's tags say."""
 
 
 STATUSES = ("booting", "running", "failed", "terminating", "terminated")
@@ -167,8 +179,9 @@ class Provider(Protocol):
         ...
 
 
-# Set when `up` is interrupted: every poll loop of its worker threads ends at its next wait
-# instead of polling a booting instance to its timeout while the user waits.
+# Set when a launch fails or is interrupted (a signal: ops.interrupts): every poll loop of
+# its worker threads ends at its next wait instead of polling a booting instance to its
+# timeout while the user waits, and no further launch starts (ops.rent).
 STOP = threading.Event()
 
 

@@ -2,16 +2,19 @@
 
 Retried: 429 and 502/503/504 (both clouds ask clients to back off; Vast never sends
 Retry-After, Lambda's limiter may), and for calls that create nothing, a connection that
-failed. A launch whose answer was lost is never retried blindly: it may have created an
-instance, and a second call would create another. `up` records its intent first and
-`reconcile` finds such an instance by its tag instead.
+failed; each wait is said on stderr, so a long backoff never looks like a hang. A launch
+whose answer was lost is never retried blindly: it may have created an instance, and a
+second call would create another. `up` records its intent first and `reconcile` finds such
+an instance by its tag instead.
 
 `requests` and `tenacity` are imported here, and this module only inside commands.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +29,8 @@ from tenacity import (
 
 from launcher.providers.base import LostAnswer, ProviderError
 
-RETRY_STATUS = {429, 502, 503, 504}
+RETRY_STATUS = {429: "rate limited", 502: "bad gateway", 503: "unavailable",
+                504: "gateway timeout"}  # fmt: skip
 ATTEMPTS = 6
 TIMEOUT_S = 60.0
 
@@ -120,13 +124,14 @@ class ApiClient:
                     ) from None
                 raise Retryable(None, f"no answer ({type(error).__name__})") from None
             if reply.status_code in RETRY_STATUS:
-                raise Retryable(reply, f"HTTP {reply.status_code}")
+                raise Retryable(reply, f"{reply.status_code} {RETRY_STATUS[reply.status_code]}")
             return reply
 
         retrying = retry(
             retry=retry_if_exception(lambda e: isinstance(e, Retryable)),
             stop=stop_after_attempt(ATTEMPTS),
             wait=_wait,
+            before_sleep=self._said,
             reraise=True,
         )(once)
         try:
@@ -146,6 +151,16 @@ class ApiClient:
                 f"{self.provider}: {method} {path} answered {reply.status_code} with a body that "
                 f"is not JSON: {_snippet(reply.text)}"
             ) from None
+
+    def _said(self, state: RetryCallState) -> None:
+        """`gpujob: lambda: 429 rate limited; retrying in 2.0 s (attempt 2 of 6)`."""
+        error = state.outcome.exception() if state.outcome else None
+        why = error.why if isinstance(error, Retryable) else "failed"
+        wait = state.next_action.sleep if state.next_action else 0.0
+        with contextlib.suppress(OSError):  # a closed terminal must not end the call
+            sys.stderr.write(f"gpujob: {self.provider}: {why}; retrying in {wait:.1f} s "
+                             f"(attempt {state.attempt_number + 1} of {ATTEMPTS})\n")  # fmt: skip
+            sys.stderr.flush()
 
 
 def _snippet(text: str, limit: int = 120) -> str:

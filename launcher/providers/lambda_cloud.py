@@ -24,6 +24,7 @@ from launcher.providers.base import (
     Instance,
     Offer,
     ProviderError,
+    owner_in_name,
     poll_until_running,
 )
 
@@ -33,6 +34,7 @@ STATUS = {"booting": "booting", "unhealthy": "booting", "active": "running",
           "terminating": "terminating", "terminated": "terminated",
           "preempted": "failed"}  # fmt: skip
 GPU_DESCRIPTION = re.compile(r"^(?:Tesla )?(.+?) \((\d+) GB")
+OWNER_TAG, USER_TAG = "gpujob-owner", "gpujob-user"  # keys ^[a-z][a-z0-9-:]+$, values <= 128
 
 
 def _describe_error(reply: Any) -> str:
@@ -139,12 +141,17 @@ class LambdaCloud:
         return name
 
     def launch(self, offer: Offer, name: str, ssh_public_key: str) -> Instance:
+        from launcher.state.owner import owner
+
         if not name.startswith(TAG):
             raise ValueError(f"instance names carry the gpujob tag: {name!r}")
         key_name = self.ensure_ssh_key(ssh_public_key)
         type_name, _, region = offer.raw_id.partition("@")
+        me = owner()
         body = {"region_name": region, "instance_type_name": type_name,
-                "ssh_key_names": [key_name], "name": name}  # fmt: skip
+                "ssh_key_names": [key_name], "name": name,
+                "tags": [{"key": OWNER_TAG, "value": me.id},
+                         {"key": USER_TAG, "value": me.user[:128]}]}  # fmt: skip
         if self.filesystem:
             body["file_system_names"] = [self.filesystem[0]]
         try:
@@ -159,7 +166,8 @@ class LambdaCloud:
 
             raise shape_error(self.name, "POST /instance-operations/launch", "one instance id")
         return Instance(self.name, ids[0], name, "booting", ssh_user=self.ssh_user,
-                        price_per_hour=offer.price_per_hour, created_at=time.time())  # fmt: skip
+                        price_per_hour=offer.price_per_hour, created_at=time.time(),
+                        owner=me.id, user=me.user)  # fmt: skip
 
     # --- instances ------------------------------------------------------------------------
     def _instance(self, raw: Any) -> Instance:
@@ -167,9 +175,14 @@ class LambdaCloud:
             status = STATUS.get(raw["status"], "failed")
             ip = raw.get("ip") if status == "running" else None
             price = raw["instance_type"]["price_cents_per_hour"] / 100
-            return Instance(self.name, str(raw["id"]), str(raw.get("name") or ""), status, ip,
+            name = str(raw.get("name") or "")
+            tags = {str(t.get("key")): str(t.get("value")) for t in raw.get("tags") or []
+                    if isinstance(t, dict)}  # fmt: skip
+            return Instance(self.name, str(raw["id"]), name, status, ip,
                             self.ssh_port if ip else None, self.ssh_user, price,
-                            detail=str(raw["status"]))  # fmt: skip
+                            detail=str(raw["status"]),
+                            owner=tags.get(OWNER_TAG) or owner_in_name(name),
+                            user=tags.get(USER_TAG))  # fmt: skip
         except (KeyError, TypeError):
             from launcher.providers.http import shape_error
 

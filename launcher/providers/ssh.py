@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
 from launcher.paths import hosts_file, known_hosts_file
 
-if TYPE_CHECKING:  # the specs' pydantic models cost 0.2 s to import: `logs` never needs them
-    pass
+if TYPE_CHECKING:
+    from launcher.providers.base import Instance
 
 PROVIDER = "ssh"
 USER_AT = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<address>[^@\s:\[\]]+|\[[0-9a-fA-F:]+\])"
@@ -35,7 +35,11 @@ class HostEntry:
     address: str
     port: int | None = None
     user: str | None = None
+    _: KW_ONLY
     key: str | None = None
+    instance: str | None = None
+    """A rented host's `<provider>:<id>` (its key is pinned for the instance); never set
+    from hosts.yaml: a host you have is pinned per address."""
 
     def to_record(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
@@ -102,14 +106,26 @@ def parse_user_at(text: str) -> HostEntry | None:
 def rented_host(reference: str) -> HostEntry | None:
     """A host `gpujob up` rented and that is running, by name, short name or instance id;
     it is logged in to with the key `up` registered."""
+    from launcher.remote.hostkeys import instance_key
     from launcher.remote.keys import user_key
     from launcher.state.readonly import HostsView
 
     record = HostsView().host(reference)  # a lookup: a dry run that names a host writes nothing
     if record is None or record.status != "running" or not record.ip:
         return None
+    rented = instance_key(record.provider, record.instance_id) if record.instance_id else None
     return HostEntry(name=record.name, address=record.ip, port=record.ssh_port,
-                     user=record.ssh_user, key=str(user_key()))  # fmt: skip
+                     user=record.ssh_user, key=str(user_key()), instance=rented)  # fmt: skip
+
+
+def instance_entry(inst: Instance) -> HostEntry:
+    """A running instance `up` just rented, logged in to with the key it registered."""
+    from launcher.remote.hostkeys import instance_key
+    from launcher.remote.keys import user_key
+
+    return HostEntry(name=inst.name, address=str(inst.ip), port=inst.ssh_port,
+                     user=inst.ssh_user, key=str(user_key()),
+                     instance=instance_key(inst.provider, inst.id))  # fmt: skip
 
 
 def resolve_host(on: str) -> HostEntry:
@@ -138,4 +154,6 @@ def connect(entry: HostEntry) -> Any:
     from launcher.remote.ssh import SSHConnection, resolve_endpoint
 
     endpoint = resolve_endpoint(entry.address, user=entry.user, port=entry.port, key=entry.key)
+    if entry.instance:
+        endpoint = replace(endpoint, instance=entry.instance)
     return SSHConnection(entry.name, endpoint, known_hosts_file())

@@ -22,6 +22,7 @@ from launcher.providers.base import (
     Instance,
     Offer,
     ProviderError,
+    owner_in_name,
     poll_until_running,
 )
 
@@ -163,7 +164,8 @@ class Vast:
         self._call("POST", f"/instances/{instance_id}/ssh/", None,
                    json={"ssh_key": ssh_public_key.strip()})  # fmt: skip
         return Instance(self.name, instance_id, name, "booting", ssh_user=self.ssh_user,
-                        price_per_hour=offer.price_per_hour, created_at=time.time())  # fmt: skip
+                        price_per_hour=offer.price_per_hour, created_at=time.time(),
+                        owner=owner_in_name(name))  # fmt: skip
 
     # --- instances ------------------------------------------------------------------------
     def _instance(self, raw: Any) -> Instance:
@@ -178,9 +180,10 @@ class Vast:
             else:
                 status = "booting" if actual in BOOTING else "failed"
             host, port = _ssh_address(raw) if status == "running" else (None, None)
-            return Instance(self.name, str(raw["id"]), str(raw.get("label") or ""), status, host,
+            label = str(raw.get("label") or "")  # the name: its owner is in it
+            return Instance(self.name, str(raw["id"]), label, status, host,
                             port, self.ssh_user, raw.get("dph_total"),
-                            raw.get("start_date"), str(actual))  # fmt: skip
+                            raw.get("start_date"), str(actual), owner_in_name(label))  # fmt: skip
         except (KeyError, TypeError, AttributeError, ValueError):
             from launcher.providers.http import shape_error
 

@@ -1,7 +1,8 @@
 """First contact with a host: its key pinned in gpujob's known_hosts, over paramiko.
 
 OpenSSH carries every command (openssh.py) and checks the host key strictly against the
-pins, so it never writes the file. The pin is taken here, once per host, under the lock
+pins, so it never writes the file. The pin is taken here, once per host (per instance for
+a rented one: `Endpoint.pin_name`, which `ssh` is given as HostKeyAlias), under the lock
 that `up --count N` needs when N threads pin N hosts at once; and when OpenSSH refuses a
 key, the same check says which key was pinned and which is offered now (two fingerprints
 and the line to remove), which OpenSSH's multi-line warning does not say in one line.
@@ -47,7 +48,7 @@ def check_host_key(endpoint: Endpoint, known_hosts: KnownHosts) -> bool:
     try:
         transport.start_client(timeout=CONNECT_TIMEOUT_S)
         key = transport.get_remote_server_key()
-        return known_hosts.check(endpoint.host_id, key.get_name(), key.get_base64())
+        return known_hosts.check(endpoint.pin_name, key.get_name(), key.get_base64())
     except paramiko.SSHException as err:
         raise not_sshd(where, str(err)) from None
     finally:

@@ -4,6 +4,12 @@ The file is OpenSSH's format (`HOST KEYTYPE BASE64`, `[addr]:port` for a port ot
 so `gpujob ssh HOST` can hand it to the real `ssh` client unchanged. It lives in the state dir,
 not in `~/.ssh`, so gpujob never edits the user's own trust decisions. No paramiko here: the
 checks are plain text and unit-tested without a network.
+
+A static host (hosts.yaml, user@addr) is pinned per address. A rented host's pin belongs to
+its instance: `gpujob:<provider>:<id>:<addr>:<port>`, which `ssh` is given as HostKeyAlias.
+Clouds hand a terminated machine's address to the next one, and that next one is another
+instance, so it is met as a first contact, never refused as a changed key; `down` removes
+the pins of what it terminates (`forget_instance`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,22 @@ from launcher.errors import GpujobError
 def host_id(address: str, port: int) -> str:
     """The name OpenSSH writes for a host: bare on port 22, `[address]:port` otherwise."""
     return address if port == 22 else f"[{address}]:{port}"
+
+
+INSTANCE_PIN = "gpujob:"
+
+
+def instance_key(provider: str, instance_id: str) -> str:
+    """Which rented instance a connection is for: `<provider>:<id>`."""
+    return f"{provider}:{instance_id}"
+
+
+def pin_name(address: str, port: int, instance: str | None = None) -> str:
+    """The name a host's key is pinned under: the address (`host_id`) for a static host,
+    the instance and its address for a rented one. Lower case, as `ssh` matches it."""
+    if instance is None:
+        return host_id(address, port)
+    return f"{INSTANCE_PIN}{instance}:{address}:{port}".lower()
 
 
 def fingerprint(key_base64: str) -> str:
@@ -80,19 +102,19 @@ class KnownHosts:
             self._append(f"{host} {key_type} {key_base64}\n")
             return False
 
-    def forget(self, host: str) -> bool:
-        """Drop the pins of `host`: only for an address gpujob itself just rented anew (a
-        cloud hands a terminated machine's address to the next one). True if any went."""
+    def forget_instance(self, instance: str) -> int:
+        """Drop every pin of a rented instance (at any address it had): it is gone, and its
+        addresses will serve other machines. How many went."""
+        prefix = f"{INSTANCE_PIN}{instance}:".lower()
         with _WRITING:
             try:
                 lines = self.path.read_text().splitlines(keepends=True)
             except FileNotFoundError:
-                return False
-            kept = [ln for ln in lines if not ln.split() or host not in ln.split()[0].split(",")]
-            if len(kept) == len(lines):
-                return False
-            self._write("".join(kept))
-            return True
+                return 0
+            kept = [ln for ln in lines if not ln.split() or not ln.split()[0].startswith(prefix)]
+            if len(kept) < len(lines):
+                self._write("".join(kept))
+            return len(lines) - len(kept)
 
     def _append(self, line: str) -> None:
         try:

@@ -31,7 +31,7 @@ from typing import IO
 
 from launcher.errors import GpujobError, UsageError
 from launcher.paths import existing_run_dir, run_dir, ssh_config_file
-from launcher.remote.hostkeys import host_id
+from launcher.remote.hostkeys import host_id, pin_name
 
 PERSIST_S = 600
 SSH_FAILED = 255  # the exit code of ssh's own failures (a remote command's is passed through)
@@ -66,10 +66,17 @@ class Endpoint:
     explicit_key: bool = False
     """The key was named (hosts.yaml `key:`, the key `up` registered): only it is offered,
     not also every key an ssh-agent holds."""
+    instance: str | None = None
+    """A rented host's `<provider>:<id>`: its key is pinned for the instance, not the
+    address (hostkeys.pin_name), and its master connection is its own."""
 
     @property
     def host_id(self) -> str:
         return host_id(self.address, self.port)
+
+    @property
+    def pin_name(self) -> str:
+        return pin_name(self.address, self.port, self.instance)
 
     @property
     def where(self) -> str:
@@ -136,6 +143,8 @@ def _local_user() -> str:
 
 def socket_path(endpoint: Endpoint, state: Path | None = None) -> Path:
     name = f"{endpoint.user}@{endpoint.address}:{endpoint.port}"
+    if endpoint.instance:  # an address's next instance never reuses the last one's master
+        name += f"/{endpoint.instance}"
     return run_dir(state) / hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
@@ -171,6 +180,8 @@ class Client:
             "Ciphers": FAST_CIPHERS,
             "LogLevel": "ERROR",
         }
+        if e.instance:  # a rented host's key is pinned under its instance's name
+            settings["HostKeyAlias"] = e.pin_name
         argv = [ssh_client(), "-F", os.devnull, "-p", str(e.port), "-l", e.user]
         for name, value in settings.items():
             argv += ["-o", f"{name}={value}"]

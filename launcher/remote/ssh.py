@@ -55,7 +55,7 @@ class SSHConnection:
         here, or left by an earlier command). Errors say what to do, in one line."""
         if self._ready:
             return
-        if not self.known_hosts.pins_for(self.endpoint.host_id):
+        if not self.known_hosts.pins_for(self.endpoint.pin_name):
             from launcher.remote.first_contact import check_host_key
 
             check_host_key(self.endpoint, self.known_hosts)

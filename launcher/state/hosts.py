@@ -46,11 +46,13 @@ class HostRecord:
     name: str
     provider: str
     instance_id: str | None
+    """None until the cloud answered the launch (a row written before the call)."""
     status: str
     gpu: str
     ip: str | None = None
     ssh_port: int | None = None
     ssh_user: str | None = None
+    """How the host is reached, as the cloud said once it was running."""
     price_per_hour: float | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -121,11 +123,17 @@ class HostsDB:
 
 
 def host_rows(db: HostsDB | None = None) -> list[dict[str, object]]:
-    """Live rented hosts for `gpujob status`: what each costs per hour and has cost so far
-    (from the launch time recorded, at the price the cloud quoted)."""
+    """Live rented hosts of ours for `gpujob status`: what each costs per hour and has cost
+    so far (from the launch time recorded, at the price the cloud quoted). A row whose name
+    carries another owner's id (a state dir whose owner file was replaced) is not ours."""
+    from launcher.state.owner import is_ours, owner_in_name, read_owner
+
     now = time.time()
     rows = []
+    mine = read_owner()
     for host in (db or HostsDB()).hosts():
+        if is_ours(owner_in_name(host.name), mine) is False:
+            continue
         hours = max(0.0, now - host.created_at) / 3600
         price = host.price_per_hour
         rows.append({

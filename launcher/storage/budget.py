@@ -33,17 +33,19 @@ class Budget:
     def needed(self) -> int:
         return (self.checkpoint or 0) * self.kept + self.workdir + self.environment
 
-    def line(self) -> str:
+    def sum(self) -> str:
         ckpt = (
             "unknown size (measured after the first save)"
             if self.checkpoint is None
             else (f"{self.kept} x {_gib(self.checkpoint)}")
         )
         return (
-            f"disk budget: checkpoints {ckpt} + workdir {_gib(self.workdir)} + environment "
-            f"{_gib(self.environment)} = {_gib(self.needed)}; {_gib(self.free)} free at "
-            f"{self.where}"
+            f"checkpoints {ckpt} + workdir {_gib(self.workdir)} + environment "
+            f"{_gib(self.environment)} = {_gib(self.needed)}"
         )
+
+    def line(self) -> str:
+        return f"disk budget: {self.sum()}; {_gib(self.free)} free at {self.where}"
 
 
 def _gib(size: int) -> str:

@@ -65,6 +65,26 @@ def preflight(
     return checkpoint_sync(loaded, for_hosts=target.provider != "local")
 
 
+def probe_sync_target(
+    loaded: LoadedSpec, otherwise: str, report: Callable[[str], None]
+) -> RemotePath | None:
+    """The sync target, its bucket listed and a probe written and deleted from this machine;
+    refused in one line that ends with what did not happen (`otherwise`)."""
+    from launcher.storage.s3 import RemoteUnreachable, check
+
+    target = sync_target(loaded)
+    if target is None:
+        return None
+    try:
+        result = check(target)
+    except RemoteUnreachable as err:
+        raise RemoteUnreachable(
+            f"checkpoints.sync_to {target}: {err.message}; {otherwise}", err.hint
+        ) from None
+    report(f"sync target {target}: bucket {result.bucket} reachable from here, write probe ok")
+    return target
+
+
 def check_before_start(
     loaded: LoadedSpec,
     plan: Any,
@@ -81,18 +101,9 @@ def check_before_start(
         known = (facts or {}).get(node.host)
         _remote_host_checks(loaded, node, connections[node.host], environment, known, report)
         return
-    from launcher.storage.s3 import RemoteUnreachable, check
-
-    target = sync_target(loaded)
+    target = probe_sync_target(loaded, "the job was not started", report)
     if target is None:
         return
-    try:
-        result = check(target)
-    except RemoteUnreachable as err:
-        raise RemoteUnreachable(
-            f"checkpoints.sync_to {target}: {err.message}; the job was not started", err.hint
-        ) from None
-    report(f"sync target {target}: bucket {result.bucket} reachable, write probe ok")
     bundle = rclone_config.ca_bundle(target.remote)
     if bundle:
         report(f"rclone gets the CA bundle {bundle} as RCLONE_CA_CERT (AWS_CA_BUNDLE unset for it)")

@@ -215,16 +215,19 @@ def launch_tagged(fake: RunningFake, name: str) -> str:
 
 def test_up_and_down_dry_runs_create_no_state_db(cloud: Any, gpujob: Callable,
                                                  state_dir: Path) -> None:  # fmt: skip
-    launch_tagged(cloud, "gpujob-stranger")
+    stranger = launch_tagged(cloud, "gpujob-stranger")
     up = gpujob("up", "a100", "--dry-run")
     assert up.exit_code == 0, up.stderr
     assert "would launch 1 x" in up.stderr
-    assert "unknown tagged instance gpujob-stranger" in up.stderr
+    assert "not ours, left alone: gpujob-stranger" in up.stderr
     down = gpujob("down", "--all", "--dry-run")
     assert down.exit_code == 0, down.stderr
-    assert down.stdout.startswith("would terminate gpujob-stranger (lambda ")
-    assert "lambda.terminate(" in down.stdout
-    assert not (state_dir / "state.db").exists()
+    assert "not ours, left alone: gpujob-stranger" in down.stderr and down.stdout == ""
+    forced = gpujob("down", stranger, "--force", "--dry-run")
+    assert forced.exit_code == 0, forced.stderr
+    assert forced.stdout.startswith("would terminate gpujob-stranger (lambda ")
+    assert "lambda.terminate(" in forced.stdout
+    assert not state_dir.exists()  # no db, no owner id, no pins
     assert len([i for i in lambda_instances(cloud) if i["status"] == "active"]) == 1
 
 

@@ -24,6 +24,7 @@ from clouds import (
 from infra.fakes import LAMBDA_API_KEY, RunningFake, serve_lambda
 
 LIVE = {"booting", "active", "unhealthy"}
+NAMED = re.compile(r"gpujob-[0-9a-f]{8}-a100-[0-9a-f]{6}")  # the tag, our owner, the GPU
 
 
 @pytest.fixture
@@ -54,16 +55,16 @@ def live(fake: RunningFake) -> list[dict]:
 def test_up_then_down_leaves_nothing(env: RunningFake, gpujob: Callable) -> None:
     result = gpujob("up", "a100", "--count", "2", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
-    hosts = [line for line in result.stdout.splitlines() if line.startswith("gpujob-a100-")]
+    hosts = [line for line in result.stdout.splitlines() if NAMED.match(line)]
     assert len(hosts) == 2
     assert [i["status"] for i in live(env)] == ["active", "active"]
-    assert all(i["name"].startswith("gpujob-a100-") for i in live(env))
+    assert all(NAMED.fullmatch(i["name"]) for i in live(env))
     shown = json.loads(gpujob("status", "--json").stdout)["hosts"]
     assert sorted(h["name"] for h in shown) == sorted(line.split("\t")[0] for line in hosts)
     assert all(h["price_per_hour"] > 0 and h["cost_so_far"] >= 0 for h in shown)
     down = gpujob("down", "--all")
     assert down.exit_code == 0, down.stderr
-    assert down.stdout.count("terminated gpujob-a100-") == 2
+    assert len(re.findall(rf"terminated {NAMED.pattern}", down.stdout)) == 2
     assert live(env) == []
     assert json.loads(gpujob("status", "--json").stdout)["hosts"] == []
 
@@ -126,7 +127,7 @@ def test_never_active_is_terminated_after_the_timeout(env: RunningFake, gpujob: 
     result = gpujob("up", "a100", "--yes", "--no-bootstrap", "--timeout", "0.5")
     assert result.exit_code == 1
     assert re.search(r"still booting after \d+ s", result.stderr), result.stderr
-    assert "terminated gpujob-a100-" in result.stderr
+    assert re.search(rf"terminated {NAMED.pattern}", result.stderr)
     assert live(env) == []
 
 
@@ -151,16 +152,20 @@ def launch_stranger(fake: RunningFake) -> str:
     return reply.json()["data"]["instance_ids"][0]
 
 
-def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Callable) -> None:
+def test_reconcile_leaves_an_ownerless_tagged_instance_alone(
+    env: RunningFake, gpujob: Callable
+) -> None:
     from launcher.ops.reconcile import reconcile
     from launcher.providers.lambda_cloud import LambdaCloud
 
     stranger = launch_stranger(env)
     found = reconcile(LambdaCloud())
-    assert [(i.name, i.id) for i in found.unknown] == [("gpujob-stranger", stranger)]
+    assert found.unknown == [] and found.ours == []
+    assert [(i.name, i.id) for i in found.foreign] == [("gpujob-stranger", stranger)]
     result = gpujob("up", "a100", "--dry-run")
     assert result.exit_code == 0
-    assert "unknown tagged instance gpujob-stranger" in result.stderr
+    assert (f"not ours, left alone: gpujob-stranger (lambda {stranger}, from before owners)"
+            in result.stderr)  # fmt: skip
 
 
 def test_lost_launch_answer_is_reconciled_and_removed(env: RunningFake, gpujob: Callable) -> None:
@@ -174,8 +179,8 @@ def test_lost_launch_answer_is_reconciled_and_removed(env: RunningFake, gpujob: 
     assert len(live(env)) == 1  # the orphan a real Ctrl-C would leave
     down = gpujob("down", "--all")
     assert down.exit_code == 0, down.stderr
-    assert "adopted gpujob-a100-" in down.stderr
-    assert "terminated gpujob-a100-" in down.stdout
+    assert re.search(rf"adopted {NAMED.pattern}", down.stderr)
+    assert re.search(rf"terminated {NAMED.pattern}", down.stdout)
     assert live(env) == []
 
 
@@ -185,7 +190,7 @@ def test_lost_launch_answer_is_adopted_by_the_next_up(env: RunningFake, gpujob: 
     assert gpujob("up", "a100", "--yes", "--no-bootstrap").exit_code == 1
     again = gpujob("up", "a100", "--yes", "--no-bootstrap")
     assert again.exit_code == 0, again.stderr
-    assert "adopted gpujob-a100-" in again.stderr
+    assert re.search(rf"adopted {NAMED.pattern}", again.stderr)
     assert len(live(env)) == 2
     assert gpujob("down", "--all").exit_code == 0
     assert live(env) == []
@@ -229,7 +234,7 @@ def test_ctrl_c_during_up_terminates_what_it_launched(
     up.send_signal(signal.SIGINT)
     _, err = up.communicate(timeout=60)
     assert up.returncode == 130, err
-    assert "terminated gpujob-a100-" in err
+    assert re.search(rf"terminated {NAMED.pattern}", err)
     assert live(env) == []
 
 

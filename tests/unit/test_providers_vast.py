@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_search_create_destroy(env: RunningFake, gpujob: Callable) -> None:
     search = calls(env, "search_offers")[-1]  # the table's search, then one per purchase
     assert search["body"]["gpu_name"] == {"in": ["RTX 4090"]}  # Vast's spaced name
     (create,) = calls(env, "create_instance")
-    assert create["body"]["label"].startswith("gpujob-rtx4090-")
+    assert re.fullmatch(r"gpujob-[0-9a-f]{8}-rtx4090-[0-9a-f]{6}", create["body"]["label"])
     assert create["body"]["onstart"]
     assert calls(env, "list_instances_v0") == []  # the v0 list answers 410 since 2026
     assert calls(env, "list_instances_v1")
@@ -63,7 +64,9 @@ def test_invalid_key_is_vasts_message(
     assert "f" * 64 not in result.stderr
 
 
-def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Callable) -> None:
+def test_reconcile_leaves_an_ownerless_tagged_instance_alone(
+    env: RunningFake, gpujob: Callable
+) -> None:
     from launcher.ops.reconcile import reconcile
     from launcher.providers.base import parse_gpu_request
     from launcher.providers.vast import Vast
@@ -73,7 +76,8 @@ def test_reconcile_names_an_unknown_tagged_instance(env: RunningFake, gpujob: Ca
     offer = vast.offers(parse_gpu_request("rtx4090"))[0]
     made = vast.launch(offer, "gpujob-stranger", "ssh-ed25519 AAAAC3Nza other")
     found = reconcile(vast, HostsDB())
-    assert [(i.name, i.id) for i in found.unknown] == [("gpujob-stranger", made.id)]
+    assert found.unknown == [] and found.ours == []
+    assert [(i.name, i.id) for i in found.foreign] == [("gpujob-stranger", made.id)]
     vast.terminate(made.id)
     vast.terminate(made.id)  # idempotent
     assert vast_instances(env) == []

@@ -26,7 +26,7 @@ hosts:
 def test_hosts_yaml_entries_by_name() -> None:
     hosts = parse_hosts(GOOD, "hosts.yaml")
     assert hosts["gpu1"] == HostEntry(
-        "gpu1", "203.0.113.7", 2222, "ubuntu", os.path.expanduser("~/.ssh/lambda")
+        "gpu1", "203.0.113.7", 2222, "ubuntu", key=os.path.expanduser("~/.ssh/lambda")
     )
     assert hosts["box"] == HostEntry("box", "box.example")
     assert HostEntry.from_record(hosts["gpu1"].to_record()) == hosts["gpu1"]
