@@ -143,7 +143,7 @@ def _check_disk(
     """The budget (kept checkpoints + the one being written + workdir + image or job
     environment), always printed; refused when over `--disk`. Returns the least disk an
     offer must have."""
-    from launcher.storage.budget import check_budget
+    from launcher.storage.budget import budget_of, check_budget
     from launcher.storage.preflight import ENVIRONMENT_GUESS
 
     software = IMAGE_GUESS if image_ref is not None else ENVIRONMENT_GUESS if image else 0
@@ -151,7 +151,7 @@ def _check_disk(
         budget = check_budget(loaded, disk_gb * GIB, f"the {disk_gb} GB asked (--disk)", software)
         report(f"before renting: {budget.line()}")
         return disk_gb
-    budget = check_budget(loaded, 1 << 62, "the host to rent", software)
+    budget = budget_of(loaded, software)
     needed_gb = -(-budget.needed // GIB)
     report(f"before renting: disk budget {budget.sum()}: offers with less than {needed_gb} GB "
            "of disk are left out")  # fmt: skip

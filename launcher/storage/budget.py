@@ -74,13 +74,20 @@ def disk_budget(loaded: LoadedSpec, job_root: str, environment_bytes: int = 0) -
     return check_budget(loaded, shutil.disk_usage(where).free, str(where), environment_bytes)
 
 
+def budget_of(loaded: LoadedSpec, environment_bytes: int, free: int = 0, where: str = "") -> Budget:
+    """What the job will hold on disk: the kept checkpoints and the one being written, the
+    workdir, the software still to be put there."""
+    ckpt = loaded.spec.checkpoints
+    kept = (ckpt.keep_last or 1) + 1
+    return Budget(
+        ckpt.estimated_bytes, kept, folder_bytes(loaded.workdir), environment_bytes, free, where
+    )
+
+
 def check_budget(loaded: LoadedSpec, free: int, where: str, environment_bytes: int) -> Budget:
     """Refuse, with the numbers, a job whose kept checkpoints cannot fit in `free`."""
     ckpt = loaded.spec.checkpoints
-    kept = (ckpt.keep_last or 1) + 1
-    budget = Budget(
-        ckpt.estimated_bytes, kept, folder_bytes(loaded.workdir), environment_bytes, free, where
-    )
+    budget = budget_of(loaded, environment_bytes, free, where)
     if budget.needed > budget.free:
         field = "size_gb" if ckpt.size_gb is not None else "params"
         raise UsageError(

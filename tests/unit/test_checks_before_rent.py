@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clouds import calls, lambda_instances, point_at, vast_instances
@@ -36,6 +37,13 @@ def job(tmp_path: Path, extra: str = "", image: str = "host") -> Path:
     return spec
 
 
+def refused(result: Any, code: int, *said: str) -> None:
+    """The command's exit code and one-line error, read as the user reads them."""
+    assert result.exit_code == code, result.stderr
+    for words in said:
+        assert words in result.stderr, result.stderr
+
+
 def nothing_rented(clouds: dict[str, RunningFake]) -> None:
     for cloud, fake in clouds.items():
         assert calls(fake, RENTING[cloud]) == [], f"{cloud} was asked to rent"
@@ -53,8 +61,8 @@ def test_a_merge_onto_a_quantized_base_is_refused_before_renting(
     (adapter / "adapter_config.json").write_text(json.dumps(config))
     spec = job(tmp_path, "merge: {adapter: work/adapter}\n")
     result = gpujob("submit", str(spec), "--up", "a100", "--provider", provider, "--allow-cpu")
-    assert result.exit_code == 2, result.stderr
-    assert "a quantized base" in result.stderr and len(result.stderr.splitlines()) == 1
+    refused(result, 2, "a quantized base")
+    assert len(result.stderr.splitlines()) == 1
     nothing_rented(clouds)
 
 
@@ -70,9 +78,7 @@ def test_an_s3_remote_that_does_not_answer_is_refused_before_renting(
         "checkpoints: {sync_to: 'bad:runs/t'}\n"
     ))  # fmt: skip
     result = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu")
-    assert result.exit_code == 1, result.stderr
-    assert "checkpoints.sync_to bad:runs/t" in result.stderr
-    assert "nothing was rented" in result.stderr
+    refused(result, 1, "checkpoints.sync_to bad:runs/t", "nothing was rented")
     nothing_rented(clouds)
 
 
@@ -81,9 +87,7 @@ def test_a_disk_budget_over_the_disk_asked_is_refused_before_renting(
 ) -> None:
     spec = job(tmp_path, "checkpoints: {size_gb: 40, keep_last: 2}\n")
     result = gpujob("submit", str(spec), "--up", "a100", "--disk", "100", "--allow-cpu")
-    assert result.exit_code == 2, result.stderr
-    assert "disk budget: checkpoints 3 x 40.00 GiB" in result.stderr
-    assert "the 100 GB asked (--disk)" in result.stderr
+    refused(result, 2, "disk budget: checkpoints 3 x 40.00 GiB", "the 100 GB asked (--disk)")
     nothing_rented(clouds)
 
 
@@ -98,6 +102,5 @@ def test_a_stale_image_lock_is_refused_before_renting(
     (images / "lab-cpu.yaml").write_text(changed)
     spec = job(tmp_path, image="lab-cpu")
     result = gpujob("submit", str(spec), "--up", "a100", "--runtime", "bare", "--allow-cpu")
-    assert result.exit_code == 2, result.stderr
-    assert "the lock is older than" in result.stderr and "nothing was rented" in result.stderr
+    refused(result, 2, "the lock is older than", "nothing was rented")
     nothing_rented(clouds)
