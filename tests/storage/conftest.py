@@ -113,6 +113,11 @@ class Forward:
 
     def cut(self) -> None:
         assert self.listener is not None
+        # shutdown first: close() alone leaves the kernel's listening socket alive under the
+        # accept() blocked in `_accept`, so the port stays taken and `start` cannot bind it
+        # again (EADDRINUSE: the endpoint never came back, and rclone waited on its backlog).
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         for conn in self.conns:
             try:
