@@ -10,7 +10,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
@@ -29,12 +36,6 @@ class FieldError(ValueError):
         self.loc = loc
 
 
-class StrictModel(BaseModel):
-    """Unknown keys are errors: a typo must never be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -51,6 +52,10 @@ class Resources(StrictModel):
     memory_gb: float | None = Field(default=None, gt=0)
     disk_gb: int = Field(default=50, ge=1, description="Free disk needed on each node.")
     shm_gb: int = Field(default=16, ge=1, description="/dev/shm size of the job container.")
+    idle_gpu: IdleGpuPolicy | None = None
+    autostop: AutostopSpec | None = Field(
+        default=None, description="For hosts `submit --up` rents; `up --autostop` for others."
+    )
 
     @field_validator("accelerators")
     @classmethod
@@ -270,6 +275,11 @@ class JobSpec(StrictModel):
         default_factory=dict, description="S3 remotes by name; the user config adds more."
     )
     merge: MergeSpec | None = None
+    max_duration: Seconds | None = Field(
+        default=None,
+        description="Time limit of the job (`30m`, `2h`, seconds): the agent stops it with its "
+        "grace, syncs the last checkpoint, and the job ends `timed out`.",
+    )
     profile: str | None = Field(default=None, description="Which entry of `profiles` applied.")
     profiles: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Named overrides, chosen with `--set profile=NAME`."
