@@ -1,7 +1,8 @@
-"""spec -> Plan, with no I/O: the torchrun line, the per-node environment, the files and steps.
+"""spec -> Plan, with no I/O: the files and steps of every node (what each node runs, its
+launcher and environment, is in `launch.py`).
 
-Late-bound values (job id, node rank, rendezvous address) are substituted here and only here,
-like TorchX's `macros.Values.apply`: `${name}` in `run.args` for the names in `MACROS`.
+Late-bound values (job id, node rank, rendezvous address) are substituted in planning and only
+there, like TorchX's `macros.Values.apply`: `${name}` in `run.args` for the derived values.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from pathlib import PurePosixPath
 from launcher.agent import AGENT_FILE, agent_argv
 from launcher.errors import UsageError
 from launcher.plan import docker
+from launcher.plan.launch import (
+    HOSTFILE,
+    INIT_FILE,
+    USER_RUN_FILE,
+    NodeContext,
+    hostfile,
+    run_script,
+    user_run_file,
+)
 from launcher.plan.model import (
     CopyFile,
     NodePlan,
@@ -35,13 +45,10 @@ from launcher.plan.node_files import (
     secrets_file,
 )
 from launcher.plan.reach import check_rendezvous, reach_checks
-from launcher.plan.render import render_shell
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # fullmatch: `$` would let "x\n" pass
-MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-INIT_FILE = "gpujob-init.py"
 DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
 FIRST_READ_WAIT_S = 1  # how long a followed start waits on the host for the log's first bytes
 CANCEL_GRACE_S = 5  # a started node stopped because another failed to start
@@ -159,19 +166,6 @@ def _derived_values(spec: JobSpec, job_id: str, job_dir: str) -> dict[str, str]:
     return values
 
 
-def _substitute(text: str, values: dict[str, str], where: str) -> str:
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in values:
-            raise UsageError(
-                f"{where}: run.args: unknown macro ${{{name}}}",
-                f"known: {', '.join('${' + key + '}' for key in sorted(values))}",
-            )
-        return values[name]
-
-    return MACRO.sub(replace, text)
-
-
 def workdir_copy(target: Target, workdir: str) -> str:
     """The host's lasting copy of one local workdir (named by its folder and a hash of its
     path), which every submit from it updates with only what changed."""
@@ -215,15 +209,15 @@ def _node_plan(
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
             prepare.append(_env_setup(target, image, requirements))
+        if spec.run.launcher_name == "deepspeed" and spec.nodes > 1:
+            steps.append(WriteFile(path=f"{job_dir}/{HOSTFILE}", content=hostfile(spec)))
     if spec.setup:
         steps.append(WriteFile(path=f"{node_dir}/setup.sh", content=spec.setup.rstrip() + "\n"))
-    steps.append(
-        WriteFile(
-            path=f"{node_dir}/run.sh",
-            content=_run_script(spec, target, rank, job_dir, node_dir, python, values, sources),
-            mode=0o755,
-        )
-    )
+    shell_block = user_run_file(spec)
+    if shell_block is not None:
+        steps.append(WriteFile(path=f"{node_dir}/{USER_RUN_FILE}", content=shell_block))
+    node = NodeContext(spec, target, rank, job_dir, node_dir, python, values, sources.spec_where)
+    steps.append(WriteFile(path=f"{node_dir}/run.sh", content=run_script(node), mode=0o755))
     secret_file = secrets_file(target, node_dir, secrets)
     if secret_file is not None:
         steps.append(secret_file)
@@ -317,81 +311,3 @@ def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> Run
         argv=("bash", "-c", script),
         why=f"make the job environment from images/{image.name}.yaml (once per pin set)",
     )
-
-
-def _run_script(
-    spec: JobSpec,
-    target: Target,
-    rank: int,
-    job_dir: str,
-    node_dir: str,
-    python: str,
-    values: dict[str, str],
-    sources: Sources,
-) -> str:
-    env: dict[str, str] = {f"GPUJOB_{key.upper()}": value for key, value in values.items()}
-    if spec.nodes > 1:
-        env["MASTER_ADDR"] = target.addresses[0]
-        env["MASTER_PORT"] = str(spec.run.rdzv_port)
-    env.update(spec.nccl)
-    env.update(spec.envs)
-    if spec.run.serialize_init:
-        env["GPUJOB_INIT_LOCK"] = f"{job_dir}/init.lock"
-        env["GPUJOB_INIT_IMPORTS"] = ",".join(spec.run.init_imports)
-    if spec.nodes > 1 and target.one_machine and target.gpus_per_node:
-        first = rank * spec.nproc_per_node
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(
-            str(gpu) for gpu in range(first, first + spec.nproc_per_node)
-        )
-    limit = spec.run.memory_limit_gb
-    return render_shell(
-        "run.sh.j2",
-        job_id=values["job_id"],
-        node_rank=rank,
-        nnodes=spec.nodes,
-        env=sorted(env.items()),
-        memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
-        workdir=f"{job_dir}/workdir",
-        setup=f"{node_dir}/setup.sh" if spec.setup else None,
-        started=f"[gpujob] node {rank} of {spec.nodes} ({target.runtime} runtime): starting "
-        f"torchrun, {spec.nproc_per_node} rank(s)",
-        torchrun=_torchrun_argv(spec, target, rank, job_dir, python, values, sources),
-    )
-
-
-def _torchrun_argv(
-    spec: JobSpec,
-    target: Target,
-    rank: int,
-    job_dir: str,
-    python: str,
-    values: dict[str, str],
-    sources: Sources,
-) -> list[list[str]]:
-    """The torchrun command as groups of words (one flag and its value per group)."""
-    run = spec.run
-    groups = [[python, "-m", "torch.distributed.run"]]
-    if spec.nodes == 1:
-        groups += [["--standalone"], ["--nnodes", "1"]]
-    else:
-        head = target.addresses[0]
-        groups += [
-            ["--nnodes", str(spec.nodes)],
-            ["--rdzv-backend", "c10d"],
-            ["--rdzv-endpoint", f"{head}:{run.rdzv_port}"],
-            ["--rdzv-id", values["job_id"]],
-            ["--rdzv-conf", f"join_timeout={run.rdzv_timeout_s},read_timeout=60"],
-            ["--local-addr", target.addresses[rank]],
-        ]
-    groups += [
-        ["--nproc-per-node", str(spec.nproc_per_node)],
-        ["--max-restarts", str(run.max_restarts)],
-    ]
-    program: list[str] = [f"{job_dir}/{INIT_FILE}"] if run.serialize_init else []
-    if run.module:
-        program += ["-m", run.module] if run.serialize_init else ["--module", run.module]
-    else:
-        assert run.entrypoint is not None
-        program.append(run.entrypoint)
-    program += [_substitute(arg, values, sources.spec_where) for arg in run.args]
-    return [*groups, program]

@@ -79,11 +79,26 @@ class Resources(StrictModel):
         return int(match.group("count") or 1)
 
 
-class RunSpec(StrictModel):
-    """The program each rank runs; gpujob wraps it in torchrun."""
+LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "ray", "none")
+Launcher = Literal["torchrun", "deepspeed", "accelerate", "ray", "none"]
 
+
+class RunSpec(StrictModel):
+    """What each node runs. `run: |` (a shell string) runs as written once per node, as in
+    SkyPilot; the structured form names a program and the launcher gpujob builds around it."""
+
+    shell: str | None = Field(
+        default=None,
+        description="Shell run once per node after `setup` (what `run: |` becomes); it gets "
+        "GPUJOB_NODE_RANK, GPUJOB_NODE_IPS, ... and SkyPilot's SKYPILOT_* names.",
+    )
     entrypoint: str | None = Field(default=None, description="Python script, relative to workdir.")
     module: str | None = Field(default=None, description="Python module to run with `-m`.")
+    launcher: Launcher | None = Field(
+        default=None,
+        description="torchrun (default), deepspeed, accelerate, ray (a cluster across the nodes, "
+        "the program as its driver on node 0) or none (plain python once per node).",
+    )
     args: list[EnvValue] = Field(default_factory=list)
     nproc_per_node: int | None = Field(
         default=None, ge=1, description="Ranks per node; defaults to the GPUs per node, else 1."
@@ -107,11 +122,33 @@ class RunSpec(StrictModel):
             return [_env_value(item) for item in value]
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shell_string(cls, value: Any) -> Any:
+        return {"shell": value} if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _one_program(self) -> RunSpec:
-        if (self.entrypoint is None) == (self.module is None):
-            raise ValueError("give exactly one of `entrypoint` (a script) or `module`")
+        given = [name for name in ("shell", "entrypoint", "module") if getattr(self, name)]
+        if self.shell is not None and len(given) == 1:
+            if self.launcher is not None or self.args:
+                raise FieldError(
+                    ("run", "launcher" if self.launcher is not None else "args"),
+                    "a shell `run:` runs as written on every node; `launcher` and `args` belong "
+                    "to the structured form (`entrypoint` or `module`): remove it, or launch "
+                    "the program yourself inside the shell block",
+                )
+            return self
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of a shell block (`run: |`), `entrypoint` (a script) or `module`"
+            )
         return self
+
+    @property
+    def launcher_name(self) -> str:
+        """The launcher that runs the program: `shell` for a shell block."""
+        return "shell" if self.shell is not None else (self.launcher or "torchrun")
 
 
 class BatchSpec(StrictModel):
@@ -270,6 +307,11 @@ class JobSpec(StrictModel):
     secrets: list[str] = Field(
         default_factory=list, description="Names of variables taken from your environment."
     )
+    unset_envs: list[str] = Field(
+        default_factory=list,
+        description="Variables removed from every process of the job, however the image or host "
+        "sets them (ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES always are).",
+    )
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
     storage: dict[str, S3Remote] = Field(
         default_factory=dict, description="S3 remotes by name; the user config adds more."
@@ -323,7 +365,7 @@ class JobSpec(StrictModel):
                 )
         return value
 
-    @field_validator("secrets")
+    @field_validator("secrets", "unset_envs")
     @classmethod
     def _secret_names(cls, value: list[str]) -> list[str]:
         return each_matching(value, ENV_NAME, "is not a valid environment variable name")

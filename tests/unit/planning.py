@@ -84,8 +84,18 @@ def env_setup(plan: Plan) -> str:
 
 
 def exports(script: str) -> dict[str, str]:
-    """`export K=V` lines of a run script, as the shell reads them."""
-    pairs = [shlex.split(line)[1] for line in script.splitlines() if line.startswith("export ")]
+    """`export K=V` statements of a run script, as the shell reads them (a quoted value may
+    span lines: `GPUJOB_NODE_IPS` holds one address per line)."""
+    pairs, pending = [], ""
+    for line in script.splitlines():
+        if not pending and not line.startswith("export "):
+            continue
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            pairs.append(shlex.split(pending)[1])
+        except ValueError:  # the quote closes on a later line
+            continue
+        pending = ""
     return dict(pair.split("=", 1) for pair in pairs)
 
 

@@ -54,6 +54,14 @@ def every_option() -> list[str]:
     return [run_sh(plan, 0), run_sh(plan, 1)]
 
 
+def launcher_scripts(launcher: str | None, **run: str) -> list[str]:
+    """Both nodes' run.sh for a two-host job under `launcher` (or a shell block)."""
+    spec = spec_of(nodes=2, unset_envs=["RAY_ADDRESS"],
+                   run=run or {"module": "pkg.train", "launcher": launcher})  # fmt: skip
+    plan = plan_of(spec, TWO_HOSTS)
+    return [run_sh(plan, 0), run_sh(plan, 1)]
+
+
 @pytest.mark.parametrize(
     "scripts",
     [
@@ -61,6 +69,11 @@ def every_option() -> list[str]:
         pytest.param(lambda: quickstart("profile=gpu"), id="quickstart-gpu-profile"),
         pytest.param(lambda: [run_sh(plan_of(spec_of(nodes=2), TWO_HOSTS), 1)], id="two-hosts"),
         pytest.param(every_option, id="serialize-init-memory-setup-secrets-nccl"),
+        *[
+            pytest.param(lambda launcher=launcher: launcher_scripts(launcher), id=launcher)
+            for launcher in ("deepspeed", "accelerate", "ray", "none")
+        ],
+        pytest.param(lambda: launcher_scripts(None, shell="echo $SKYPILOT_NODE_RANK"), id="shell"),
     ],
 )
 def test_run_scripts_pass_shellcheck(scripts: Callable[[], list[str]]) -> None:

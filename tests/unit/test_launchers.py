@@ -1,0 +1,145 @@
+"""What each node runs under every launcher, and the variables every node's processes get:
+the scripts are written where the plan says and run for real with bash."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from planning import REPO, plan_of, run_sh, spec_of, target, written
+
+from launcher.plan.model import Plan, WriteFile
+
+TWO_HOSTS = target(2, hosts=("gpu-a", "gpu-b"), addresses=("10.0.0.1", "10.0.0.2"))
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+PRINT_ENV = 'python3 -c "import json, os; print(json.dumps(dict(os.environ)))"'
+
+
+def run_node(plan: Plan, rank: int, env: dict[str, str] | None = None) -> str:
+    """Write every file of node `rank` where the plan says, run its run.sh, return stdout."""
+    node = plan.nodes[rank]
+    (Path(node.job_dir) / "workdir").mkdir(parents=True, exist_ok=True)
+    for step in node.steps:
+        if isinstance(step, WriteFile):
+            Path(step.path).parent.mkdir(parents=True, exist_ok=True)
+            Path(step.path).write_text(step.content)
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path(node.job_dir).parent)}
+    done = subprocess.run(["bash", "run.sh"], cwd=node.node_dir, env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def two_host_target(folder: Path):
+    return target(2, hosts=("gpu-a", "gpu-b"), addresses=("10.0.0.1", "10.0.0.2"),
+                  job_root=str(folder / "jobs"), python="/usr/bin/python3")  # fmt: skip
+
+
+def test_a_shell_run_block_gets_gpujobs_and_skypilots_names_on_every_node(tmp_path: Path) -> None:
+    spec = spec_of(nodes=2, resources={"accelerators": "A100:4"}, run=PRINT_ENV)
+    plan = plan_of(spec, two_host_target(tmp_path), job_id="sky-1")
+    for rank in (0, 1):
+        env = json.loads(run_node(plan, rank).splitlines()[-1])
+        assert env["SKYPILOT_NODE_RANK"] == env["GPUJOB_NODE_RANK"] == str(rank)
+        assert env["SKYPILOT_NODE_IPS"] == env["GPUJOB_NODE_IPS"] == "10.0.0.1\n10.0.0.2"
+        assert env["SKYPILOT_NUM_NODES"] == env["GPUJOB_NUM_NODES"] == "2"
+        assert env["SKYPILOT_NUM_GPUS_PER_NODE"] == env["GPUJOB_NUM_GPUS_PER_NODE"] == "4"
+        assert env["GPUJOB_HEAD_IP"] == env["MASTER_ADDR"] == "10.0.0.1"
+        assert env["MASTER_PORT"] == "29400" and env["SKYPILOT_TASK_ID"] == "sky-1"
+
+
+def test_skypilots_own_torchrun_line_reads_the_variables(tmp_path: Path) -> None:
+    """The shape of SkyPilot's distributed example: its words come out as torchrun's flags."""
+    block = (
+        'MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n'
+        "echo torchrun --nnodes=$SKYPILOT_NUM_NODES --node_rank=${SKYPILOT_NODE_RANK} "
+        "--master_addr=$MASTER_ADDR --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE train.py"
+    )
+    spec = spec_of(nodes=2, resources={"accelerators": "H100:8"}, run=block)
+    out = run_node(plan_of(spec, two_host_target(tmp_path)), 1).splitlines()[-1]
+    assert out == ("torchrun --nnodes=2 --node_rank=1 --master_addr=10.0.0.1 "
+                   "--nproc_per_node=8 train.py")  # fmt: skip
+
+
+@pytest.mark.parametrize("source", ["environment", "BASH_ENV"])
+def test_clashing_and_unset_names_are_absent_from_the_shell_blocks_processes(
+    tmp_path: Path, source: str
+) -> None:
+    spec = spec_of(unset_envs=["RAY_ADDRESS"], run=PRINT_ENV)
+    plan = plan_of(spec, target(job_root=str(tmp_path / "jobs")))
+    names = {"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0", "RAY_ADDRESS": "x:1"}
+    if source == "BASH_ENV":  # what an image's ~/.bashrc does when BASH_ENV points at it
+        rc = tmp_path / "bashrc"
+        rc.write_text("".join(f"export {k}={v}\n" for k, v in names.items()))
+        names = {"BASH_ENV": str(rc)}
+    env = json.loads(run_node(plan, 0, names).splitlines()[-1])
+    assert not {"ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "RAY_ADDRESS"} & set(env)
+
+
+def words(script: str) -> list[str]:
+    """The words after `exec`, continuation lines joined, as the shell splits them."""
+    return shlex.split(script.split("\nexec ", 1)[1].replace(" \\\n    ", " "))
+
+
+def test_deepspeed_runs_its_own_runner_per_node_without_ssh() -> None:
+    run = {"entrypoint": "train.py", "launcher": "deepspeed", "args": ["--zero", "2"]}
+    spec = spec_of(nodes=2, resources={"accelerators": "A100:2"}, run=run)
+    plan = plan_of(spec, TWO_HOSTS)
+    assert words(run_sh(plan, 1)) == [
+        "/usr/bin/python3", "-u", "-m", "deepspeed.launcher.runner",
+        "--hostfile=/jobs/job-1/hostfile", "--no_ssh", "--node_rank=1",
+        "--master_addr=10.0.0.1", "--master_port=29400",
+        "train.py", "--zero", "2",
+    ]  # fmt: skip
+    assert written(plan.nodes[0], "hostfile").content == "node-0 slots=2\nnode-1 slots=2\n"
+    one = plan_of(spec_of(resources={"accelerators": "H100:1"},
+                          run={"module": "pkg.ds", "launcher": "deepspeed"}))  # fmt: skip
+    assert words(run_sh(one))[4:] == ["--num_gpus=1", "--master_port=29400", "--module", "pkg.ds"]
+
+
+def test_accelerate_gets_every_count_so_no_config_file_decides() -> None:
+    spec = spec_of(nodes=2, resources={"accelerators": "A100:4"},
+                   run={"entrypoint": "train.py", "launcher": "accelerate"})  # fmt: skip
+    assert words(run_sh(plan_of(spec, TWO_HOSTS), 1)) == [
+        "/usr/bin/python3", "-m", "accelerate.commands.launch", "--num_machines", "2",
+        "--machine_rank", "1", "--main_process_ip", "10.0.0.1", "--main_process_port", "29400",
+        "--num_processes", "8", "--multi_gpu", "train.py",
+    ]  # fmt: skip
+
+
+def test_launcher_none_runs_plain_python_once_per_node() -> None:
+    run = {"module": "pkg.main", "launcher": "none", "args": ["${node_rank}"]}
+    spec = spec_of(nodes=2, run=run)
+    assert words(run_sh(plan_of(spec, TWO_HOSTS), 1)) == ["/usr/bin/python3", "-m", "pkg.main", "1"]
+
+
+def test_ray_head_waits_for_every_node_and_workers_join_it() -> None:
+    spec = spec_of(nodes=2, run={"entrypoint": "driver.py", "launcher": "ray"})
+    plan = plan_of(spec, TWO_HOSTS)
+    head, worker = run_sh(plan, 0), run_sh(plan, 1)
+    assert "start --head --port=6379 --node-ip-address=10.0.0.1" in head
+    assert "driver.py &" in head and "ray_cli stop --force" in head
+    assert "start --address=10.0.0.1:6379 --node-ip-address=10.0.0.2" in worker
+    assert "driver.py" not in worker
+
+
+@pytest.mark.parametrize(
+    ("run_yaml", "field"),
+    [
+        ('{shell: "echo hi", launcher: deepspeed}', "run.launcher"),
+        ('{shell: "echo hi", args: [x]}', "run.args"),
+        ("{entrypoint: a.py, launcher: mpirun}", "run.launcher"),
+    ],
+)
+def test_bad_run_forms_are_one_line_errors(tmp_path: Path, run_yaml: str, field: str) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: t\nimage: host\nrun: {run_yaml}\n")
+    done = subprocess.run([GPUJOB, "submit", str(spec), "--dry-run"], capture_output=True,
+                          text=True, cwd=REPO, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"gpujob: error: {spec}:3: {field}:"), done.stderr
+    assert "Traceback" not in done.stderr
