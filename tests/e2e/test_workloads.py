@@ -1,0 +1,55 @@
+"""Workloads other than gpujob's own torchrun line, through the real CLI on this machine: a
+SkyPilot-style shell `run:` block that builds its own torchrun line from SKYPILOT_* variables,
+on two nodes (two agents on loopback), and the plain-python launcher."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+
+
+def gpujob(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    return subprocess.run([GPUJOB, *args], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO, check=False)  # fmt: skip
+
+
+def test_a_skypilot_style_run_block_trains_on_two_nodes(tmp_path: Path) -> None:
+    done = gpujob(tmp_path, "submit", "jobs/sky-torchrun.yaml", "--job-id", "sky-e2e")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    out = done.stdout
+    assert "[node 0] node 0 of 2, master 127.0.0.1" in out
+    assert "[node 1] node 1 of 2, master 127.0.0.1" in out
+    ranks = set(re.findall(r"rank (\d)/4: done", out))
+    assert ranks == {"0", "1", "2", "3"}, out[-2000:]
+    assert "final loss" in out
+    assert "job sky-e2e succeeded (exit code 0)" in done.stderr
+
+
+def test_launcher_none_runs_the_program_once_per_node_with_the_node_variables(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "hello.py").write_text(
+        "import os\n"
+        "print('hello from', os.environ['GPUJOB_NODE_RANK'], 'of', os.environ['GPUJOB_NUM_NODES'],"
+        " 'head', os.environ['GPUJOB_HEAD_IP'], flush=True)\n"
+    )
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: hello\nimage: host\nworkdir: work\nnodes: 2\n"
+                    "run: {entrypoint: hello.py, launcher: none}\n")  # fmt: skip
+    done = gpujob(tmp_path, "submit", str(spec), "--job-id", "none-e2e")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for rank in (0, 1):
+        assert f"[node {rank}] hello from {rank} of 2 head 127.0.0.1" in done.stdout
