@@ -9,8 +9,10 @@ and the host agree on one rule. The marker contract:
 - It is complete when `<ckpt>/.gpujob-complete` exists. The training program writes it after
   its save returned (write the folder under a temporary name, rename it, then the marker), or
   the agent writes it for a save it can prove finished (Hugging Face: `trainer_state.json`
-  parses with the folder's step and no `checkpoint-is-incomplete.txt`; DCP: `.metadata`),
-  once the folder's files stopped changing between two looks.
+  parses with the folder's step and no `checkpoint-is-incomplete.txt`; DCP: `.metadata`;
+  verl: `latest_checkpointed_iteration.txt` beside the folders has reached its step; the
+  spec's own rule: `checkpoints.complete_when: "step_{step}/DONE"`), once the folder's files
+  stopped changing between two looks.
 - The marker is JSON: step, and every file's size, so a copy can be checked against it.
   In S3 the marker is uploaded last: an object prefix without it is not a checkpoint.
 
@@ -30,6 +32,8 @@ from typing import Any
 MARKER = ".gpujob-complete"
 NAME = re.compile(r"^(?:checkpoint|step|global_step)[-_]?(?P<step>\d+)$")
 INCOMPLETE_HF = "checkpoint-is-incomplete.txt"
+VERL_TRACKER = "latest_checkpointed_iteration.txt"
+TEMPORARY = re.compile(r"^\.?(?:tmp-)")
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,15 @@ def read_marker(path: Path) -> dict[str, Any]:
         return {}
 
 
-def finished_by_format(path: Path, step: int) -> bool:
-    """A save the agent can prove finished without the program's marker (runtime.md 6.4)."""
+def finished_by_format(path: Path, step: int, done_file: str | None = None) -> bool:
+    """A save the agent can prove finished without the program's marker (runtime.md 6.4):
+    `done_file` is the spec's `complete_when` file part (`DONE`, `{step}.done`)."""
+    if done_file is not None and (path / done_file.replace("{step}", str(step))).is_file():
+        return True
     if (path / INCOMPLETE_HF).exists():
         return False
+    if _verl_step(path.parent) >= step:  # verl writes its tracker once the save returned
+        return True
     state = path / "trainer_state.json"
     if state.is_file():
         try:
@@ -111,6 +120,31 @@ def finished_by_format(path: Path, step: int) -> bool:
         except (OSError, ValueError):
             return False
     return (path / ".metadata").is_file()
+
+
+def _verl_step(root: Path) -> int:
+    try:
+        return int((root / VERL_TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return -1
+
+
+def unrecognised(root: Path) -> list[str]:
+    """Folders under `root` that no rule names as a checkpoint (nor as a save's temporary
+    name): gpujob neither syncs nor prunes them, which the user must hear about."""
+    return sorted(
+        e.name for e in _folders(root) if step_of(e.name) is None and not TEMPORARY.match(e.name)
+    )
+
+
+def stuck_incomplete(checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+    """Step-named folders left without completion while a later save exists: by no rule
+    complete, so never synced, pruned or given to a hook (a `DONE` file gpujob was not told
+    about, a save that died)."""
+    if not checkpoints:
+        return []
+    newest = checkpoints[-1].step
+    return [c for c in checkpoints if not c.complete and c.step < newest]
 
 
 @dataclass
@@ -121,11 +155,12 @@ class Adopter:
     can parse while the rest of the save is still being flushed by another rank."""
 
     seen: dict[str, dict[str, int]] = field(default_factory=dict)
+    done_file: str | None = None
 
     def adopt(self, root: Path) -> list[Checkpoint]:
         adopted = []
         for ckpt in scan(root):
-            if ckpt.complete or not finished_by_format(ckpt.path, ckpt.step):
+            if ckpt.complete or not finished_by_format(ckpt.path, ckpt.step, self.done_file):
                 self.seen.pop(ckpt.name, None)
                 continue
             now = files_of(ckpt.path)

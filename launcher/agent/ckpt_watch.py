@@ -48,6 +48,7 @@ class WatchConfig:
     logs_to: str | None = None
     job_dir: Path | None = None
     log_every_s: float = 60.0
+    complete_when: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any], node_dir: Path) -> WatchConfig:
@@ -61,6 +62,7 @@ class WatchConfig:
             logs_to=data.get("logs_to"),
             job_dir=Path(data["job_dir"]) if data.get("job_dir") else None,
             log_every_s=float(data.get("log_every_s", 60.0)),
+            complete_when=data.get("complete_when"),
         )
 
 
@@ -93,6 +95,12 @@ class Watcher:
     logs_shipped: dict[str, int] = field(default_factory=dict)
     logs_shipped_at: float = 0.0
     log_failures: int = 0
+    told: set[str] = field(default_factory=set)
+    """Folders the log already named as checkpoints of no rule (said once each)."""
+
+    def __post_init__(self) -> None:
+        if self.config.complete_when:
+            self.adopter.done_file = self.config.complete_when.partition("/")[2]
 
     def tick(self) -> None:
         self._ship_logs()
@@ -100,6 +108,7 @@ class Watcher:
             return
         for ckpt in self.adopter.adopt(self.config.root):
             self.say(f"checkpoint {ckpt.name}: complete (marker written by the agent)")
+        self._unrecognised()
         done = ckpt_store.complete(self.config.root)
         if done:
             self.last_size = max(self.last_size, ckpt_store.tree_bytes(done[-1].path))
@@ -120,6 +129,27 @@ class Watcher:
         if self.syncing is not None:
             self.syncing.join()
         self._ship_logs(final=True)
+
+    def _unrecognised(self) -> None:
+        """Say, once each, what sits in the checkpoint folder that no rule makes a complete
+        checkpoint: it is never synced, pruned or given to a hook."""
+        stuck = [c.name for c in ckpt_store.stuck_incomplete(ckpt_store.scan(self.config.root))]
+        strays = ckpt_store.unrecognised(self.config.root)
+        new = [n for n in [*strays, *stuck] if n not in self.told]
+        if not new:
+            return
+        self.told.update(new)
+        for name in new:
+            why = (
+                "is named as no checkpoint (checkpoint-N, step_N, global_step_N)"
+                if name in strays
+                else "is complete by no rule (no .gpujob-complete, trainer_state.json, DCP "
+                ".metadata, verl tracker or checkpoints.complete_when file) while a later "
+                "save exists"
+            )
+            self.say(f"checkpoints: {name}/ {why}: not synced, pruned or hooked; see "
+                     "checkpoints.complete_when in the README")  # fmt: skip
+        self.publish({"checkpoints_unrecognised": sorted(self.told)})
 
     def _ship_logs(self, final: bool = False) -> None:
         """Each node log of this host to `logs_to` in S3, as written so far, every

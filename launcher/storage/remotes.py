@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.errors import UsageError
 from launcher.paths import config_file
-from launcher.spec.job import REMOTE_NAME, REMOTE_PATH, S3Remote
+from launcher.spec.remote import REMOTE_NAME, REMOTE_PATH, S3Remote
 
 EXAMPLE = "remotes: {lab: {provider: Other, endpoint: http://127.0.0.1:9000, bucket: ckpts}}"
 

@@ -13,7 +13,7 @@ from planning import spec_of
 
 from launcher.agent.ckpt_store import Checkpoint, step_of, to_delete
 from launcher.errors import UsageError
-from launcher.spec.job import S3Remote
+from launcher.spec.remote import S3Remote
 from launcher.storage import rclone_config
 from launcher.storage.remotes import Remote
 

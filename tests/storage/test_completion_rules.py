@@ -1,0 +1,78 @@
+"""Checkpoints completed by the trainer's own rule, not gpujob's marker: a `DONE` file named
+by `checkpoints.complete_when`, verl's tracker file; and what no rule recognises is said in
+the log and the status instead of being silently never synced or pruned."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+
+from launcher.spec.job import CheckpointSpec
+
+SAVER = """\
+import os, sys, time
+root, kind = sys.argv[1], sys.argv[2]
+for step in (10, 20, 30):
+    name = {"done": f"step_{step}", "verl": f"global_step_{step}"}[kind]
+    folder = os.path.join(root, name)
+    os.makedirs(folder)
+    open(os.path.join(folder, "weights.bin"), "wb").write(b"w" * 1000)
+    if kind == "done":
+        open(os.path.join(folder, "DONE"), "w").close()
+    else:
+        open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w").write(str(step))
+    time.sleep(1.5)
+os.makedirs(os.path.join(root, "eval-results"))
+os.makedirs(os.path.join(root, "step_5"))  # an older save that never finished
+time.sleep(2.5)
+"""
+
+
+def run_saver(agent_job, tmp_path: Path, kind: str, **care: object):
+    ckpt = tmp_path / "ckpts"
+    ckpt.mkdir()
+    program = tmp_path / "saver.py"
+    program.write_text(SAVER)
+    job = agent_job(ckpt, [], **care)
+    config = json.loads((job.node_dir / "job.json").read_text())
+    config["argv"] = ["python3", str(program), str(ckpt), kind]
+    (job.node_dir / "job.json").write_text(json.dumps(config))
+    job.start()
+    return job, ckpt
+
+
+@pytest.mark.parametrize("kind", ["done", "verl"])
+def test_saves_complete_by_the_trainers_rule_are_adopted_and_retention_applies(
+    agent_job, tmp_path: Path, kind: str
+) -> None:
+    care = {"complete_when": "step_{step}/DONE"} if kind == "done" else {}
+    job, ckpt = run_saver(agent_job, tmp_path, kind, keep_last=2, **care)
+    status = job.wait(60)
+    assert status["state"] == "succeeded", job.log
+    prefix = "step_" if kind == "done" else "global_step_"
+    for step in (20, 30):
+        marker = json.loads((ckpt / f"{prefix}{step}" / ".gpujob-complete").read_text())
+        assert marker["step"] == step and marker["written_by"] == "agent"
+    assert f"checkpoint {prefix}30: complete (marker written by the agent)" in job.log
+    assert f"retention: deleted {prefix}10" in job.log  # keep_last 2 held
+    assert not (ckpt / f"{prefix}10").exists()
+
+
+def test_what_no_rule_recognises_is_said_in_the_log_and_the_status(
+    agent_job, tmp_path: Path
+) -> None:
+    job, ckpt = run_saver(agent_job, tmp_path, "done", keep_last=3)  # no complete_when given
+    wait_until(lambda: "eval-results/ is named as no checkpoint" in job.log, "the stray said", 30)
+    status = job.wait(60)
+    assert "step_10/ is complete by no rule" in job.log, job.log
+    assert {"eval-results", "step_10", "step_20"} <= set(status["checkpoints_unrecognised"])
+    assert not (ckpt / "step_10" / ".gpujob-complete").exists()
+
+
+@pytest.mark.parametrize("rule", ["ckpt-{step}/DONE", "step_{step}", "step_{step}/../x"])
+def test_a_completion_rule_gpujob_cannot_order_is_refused(rule: str) -> None:
+    with pytest.raises(ValueError, match="write it as FOLDER/FILE"):
+        CheckpointSpec(complete_when=rule)
