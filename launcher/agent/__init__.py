@@ -18,7 +18,7 @@ RUNTIMES_SOURCE = Path(__file__).with_name("runtimes.py")
 """How a job runs there (bare or in a container), shipped beside the agent."""
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
-    for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_watch.py")
+    for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_logs.py", "ckpt_watch.py")
 )
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),

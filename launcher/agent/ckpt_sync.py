@@ -174,6 +174,19 @@ def discard(rc: Rclone, remote: str, names: list[str]) -> list[str]:
     return removed
 
 
+def prune_remote(rc: Rclone, remote: str, keep_last: int) -> list[str]:
+    """`keep_last` in the bucket too: complete copies beyond the newest `keep_last`, oldest
+    step first, marker first (a reader never meets a marker over half a folder). The newest
+    complete copy is never removed; folders without a marker are left to `discard`."""
+    ordered = sorted(remote_markers(rc, remote), key=lambda n: ckpt_store.step_of(n) or 0)
+    doomed = ordered[: -max(keep_last, 1)]
+    for name in doomed:
+        where = f"{remote}/{name}"
+        rc.run("deletefile", f"{where}/{ckpt_store.MARKER}", what=f"removal of {where}'s marker")
+        rc.run("purge", where, what=f"retention of {where}")
+    return doomed
+
+
 def choose(names: list[str], latest: bool, step: int | None, where: str) -> list[str]:
     ordered = sorted(names, key=lambda n: ckpt_store.step_of(n) or 0)
     if step is not None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ckpt_logs
 import ckpt_store
 import ckpt_sync
 
@@ -92,18 +93,19 @@ class Watcher:
     stopped: str | None = None
     sync_failures: int = 0
     syncing: threading.Thread | None = None
-    logs_shipped: dict[str, int] = field(default_factory=dict)
-    logs_shipped_at: float = 0.0
-    log_failures: int = 0
+    logs: ckpt_logs.LogShipper = field(init=False)
     told: set[str] = field(default_factory=set)
     """Folders the log already named as checkpoints of no rule (said once each)."""
 
     def __post_init__(self) -> None:
+        config = self.config
+        self.logs = ckpt_logs.LogShipper(config.logs_to, config.job_dir, config.log_every_s,
+                                         self.env, self.say)  # fmt: skip
         if self.config.complete_when:
             self.adopter.done_file = self.config.complete_when.partition("/")[2]
 
     def tick(self) -> None:
-        self._ship_logs()
+        self.logs.ship()
         if not self.config.root.is_dir():
             return
         for ckpt in self.adopter.adopt(self.config.root):
@@ -128,7 +130,7 @@ class Watcher:
         self.tick()
         if self.syncing is not None:
             self.syncing.join()
-        self._ship_logs(final=True)
+        self.logs.ship(final=True)
 
     def _unrecognised(self) -> None:
         """Say, once each, what sits in the checkpoint folder that no rule makes a complete
@@ -150,29 +152,6 @@ class Watcher:
             self.say(f"checkpoints: {name}/ {why}: not synced, pruned or hooked; see "
                      "checkpoints.complete_when in the README")  # fmt: skip
         self.publish({"checkpoints_unrecognised": sorted(self.told)})
-
-    def _ship_logs(self, final: bool = False) -> None:
-        """Each node log of this host to `logs_to` in S3, as written so far, every
-        `log_every_s` and once more at the end, so `gpujob logs` works after the host is gone
-        (the whole object again each time: a log is small beside a checkpoint)."""
-        if not self.config.logs_to or self.config.job_dir is None:
-            return
-        if not final and time.monotonic() - self.logs_shipped_at < self.config.log_every_s:
-            return
-        self.logs_shipped_at = time.monotonic()
-        for log in sorted(self.config.job_dir.glob("node-*/job.log")):
-            name = f"{log.parent.name}.log"
-            size = log.stat().st_size
-            if self.logs_shipped.get(name) == size:
-                continue
-            try:
-                ckpt_sync.rcat(self.env, log, size, f"{self.config.logs_to}/{name}")
-            except (ckpt_sync.SyncError, OSError) as err:
-                self.log_failures += 1
-                if self.log_failures == 1 or final:
-                    self.say(f"shipping {name} to {self.config.logs_to} failed: {err}")
-                continue
-            self.logs_shipped[name] = size
 
     def _next_hook(self, done: list[ckpt_store.Checkpoint]) -> ckpt_store.Checkpoint | None:
         if not self.config.on_checkpoint:
@@ -257,6 +236,7 @@ class Watcher:
             )
         if landed:
             self.say(f"synced {', '.join(landed)} to {self.config.sync_to} (verified)")
+            self._prune_remote(rc)
         self.publish(
             {
                 "sync": {
@@ -265,6 +245,19 @@ class Watcher:
                 }
             }
         )
+
+    def _prune_remote(self, rc: ckpt_sync.Rclone) -> None:
+        """`keep_last` holds in the bucket as on the host (never the newest complete copy)."""
+        if self.config.keep_last is None or not self.config.sync_to:
+            return
+        try:
+            gone = ckpt_sync.prune_remote(rc, self.config.sync_to, self.config.keep_last)
+        except ckpt_sync.SyncError as err:
+            self.say(f"retention in {self.config.sync_to} failed: {err}; tried again next sync")
+            return
+        if gone:
+            self.say(f"retention in {self.config.sync_to}: deleted {', '.join(gone)} "
+                     f"(keep_last {self.config.keep_last})")  # fmt: skip
 
     def _protected(self) -> set[str]:
         pending = {c.name for c in ckpt_store.complete(self.config.root)} - self.hooked

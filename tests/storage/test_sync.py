@@ -212,3 +212,16 @@ def test_submit_explains_a_bad_sync_target(gpujob, remote, tmp_path, line, expec
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 2 and expected in result.stderr, result.stderr
     assert f"{spec}:6" in result.stderr
+
+
+def test_keep_last_holds_in_the_bucket_and_never_takes_the_newest(agent_job, remote, tmp_path):
+    ckpt = tmp_path / "ckpts"
+    job = agent_job(ckpt, ["--saves", "4", "--size", "1", "--every", "0.4"], keep_last=2,
+                    sync_to=f"gpujob_t:{remote['bucket']}/kept",
+                    storage_env_file="storage.json")  # fmt: skip
+    (job.node_dir / "storage.json").write_text(json.dumps(rclone_vars(remote["url"])))
+    assert job.start().wait(120)["state"] == "succeeded", job.log
+    held = {k.split("/")[1] for k in s3_keys(remote["url"], remote["bucket"], "kept/")}
+    assert held == {"checkpoint-30", "checkpoint-40"}, job.log
+    assert "retention in gpujob_t:" in job.log and "deleted checkpoint-10" in job.log
+    assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint-30", "checkpoint-40"]
