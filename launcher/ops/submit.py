@@ -71,6 +71,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
 
     loaded = load_job_spec(options.spec_path, options.sets)
     spec = loaded.spec
+    _say_translation(loaded, options.dry_run)
     if not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
@@ -257,6 +258,19 @@ def _hosts_stay(db: StateDB, job_id: str, hosts: list[str]) -> None:
         down = f"gpujob down {hosts[0]}" if len(hosts) == 1 else "gpujob down HOST"
         say(f"its hosts keep running (and billing) for it: {', '.join(hosts)}; reattach "
             f"with `gpujob logs {job_id} -f`; `{down}` removes them")  # fmt: skip
+
+
+def _say_translation(loaded: Any, dry_run: bool) -> None:
+    """A SkyPilot task's fields as gpujob reads them: every one under `--dry-run`, the
+    warnings (fields ignored) always."""
+    translation = loaded.translation
+    if translation is None:
+        return
+    say(f"{loaded.path}: a SkyPilot task, read as gpujob's spec")
+    for line in translation.notes if dry_run else []:
+        say(f"  {line}")
+    for line in translation.warnings:
+        say(f"  warning: {line}")
 
 
 def _secret_values(loaded: Any) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from launcher.errors import UsageError
+from launcher.spec import skypilot
 from launcher.spec.job import FieldError, JobSpec
+from launcher.spec.skypilot import Translation
 from launcher.spec.yaml_lines import Path_, read_yaml
 
 
@@ -28,6 +31,8 @@ class LoadedSpec:
     spec: JobSpec
     path: Path
     origins: dict[Path_, str] = field(default_factory=dict)
+    translation: Translation | None = None
+    """Set when the file is a SkyPilot task: its fields as gpujob's, for `--dry-run`."""
 
     @property
     def workdir(self) -> Path:
@@ -47,6 +52,10 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
         "see jobs/quickstart.yaml or `gpujob schema`",
     )
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
+    translation = None
+    if skypilot.is_task(data):
+        translation = skypilot.translate(data, origins, str(path), os.environ)
+        data, origins = translation.data, translation.origins
 
     overrides = [_parse_set(item) for item in sets]
     for key, _ in overrides:
@@ -64,7 +73,7 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
         raise UsageError(_explain(err, origins, str(path))) from None
-    return LoadedSpec(spec=spec, path=path, origins=origins)
+    return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
 
 
 def _parse_set(item: str) -> tuple[Path_, Any]:

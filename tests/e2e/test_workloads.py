@@ -53,3 +53,19 @@ def test_launcher_none_runs_the_program_once_per_node_with_the_node_variables(
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for rank in (0, 1):
         assert f"[node {rank}] hello from {rank} of 2 head 127.0.0.1" in done.stdout
+
+
+def test_a_skypilot_task_file_runs_as_it_is_on_two_nodes(tmp_path: Path) -> None:
+    task = tmp_path / "task.yaml"
+    task.write_text(
+        "name: hello-sky\nnum_nodes: 2\nresources:\n  cpus: 1+\nenvs:\n  GREETING: hi\n"
+        "setup: |\n  echo setup $SKYPILOT_SETUP_NODE_RANK\n"
+        'run: |\n  echo "$GREETING from $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES, '
+        '$(echo "$SKYPILOT_NODE_IPS" | wc -l) ips"\n'
+    )
+    done = gpujob(tmp_path, "submit", str(task), "--job-id", "sky-task")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "a SkyPilot task, read as gpujob's spec" in done.stderr
+    for rank in (0, 1):
+        assert f"[node {rank}] setup {rank}" in done.stdout
+        assert f"[node {rank}] hi from {rank} of 2, 2 ips" in done.stdout

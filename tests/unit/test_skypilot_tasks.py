@@ -1,0 +1,89 @@
+"""SkyPilot task YAML as it is: its fields read as gpujob's, shown line by line under
+`--dry-run`; what gpujob cannot honour is one line naming the field (exit 2), a cosmetic
+field a warning. Through the real CLI, nothing rented or started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.spec.load import load_job_spec
+
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+RUN = "run: |\n  echo $SKYPILOT_NODE_RANK\n"
+
+
+def task(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    return path
+
+
+def dry_run(path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPUJOB_STATE_DIR": str(path.parent / "state")}
+    return subprocess.run([GPUJOB, "submit", str(path), "--dry-run"], capture_output=True,
+                          text=True, timeout=60, cwd=path.parent, env=env)  # fmt: skip
+
+
+def test_skypilots_fields_become_gpujobs_with_its_conversions(tmp_path: Path) -> None:
+    path = task(tmp_path, "name: minGPT-ddp\nresources:\n  cpus: 4+\n  accelerators: {L4: 2}\n"
+                "  disk_size: 64GB\n  image_id: docker:reg.example/img:1\n  autostop: 10h\n"
+                "num_nodes: 2\nenvs:\n  FLAG: true\n  MODEL: null\nsecrets:\n  HF_TOKEN: null\n"
+                "setup: pip list\n" + RUN)  # fmt: skip
+    os.environ["MODEL"] = "from-env"
+    try:
+        spec = load_job_spec(path).spec
+    finally:
+        del os.environ["MODEL"]
+    assert (spec.name, spec.image, spec.nodes) == ("mingpt-ddp", "reg.example/img:1", 2)
+    assert spec.resources.accelerators == "L4:2" and spec.resources.cpus == 4
+    assert spec.resources.disk_gb == 64 and spec.resources.autostop.idle_minutes == 600
+    assert spec.envs == {"FLAG": "True", "MODEL": "from-env"}  # SkyPilot's str(): True
+    assert spec.secrets == ["HF_TOKEN"] and spec.run.shell == "echo $SKYPILOT_NODE_RANK\n"
+
+
+def test_the_dry_run_shows_the_translation_line_by_line(tmp_path: Path) -> None:
+    path = task(tmp_path, f"num_nodes: 2\nresources:\n  cloud: lambda\n{RUN}")
+    done = dry_run(path)
+    assert done.returncode == 0, done.stderr
+    assert f"{path}:1: num_nodes -> nodes: 2" in done.stderr
+    assert f"{path}: (no resources.image_id) -> image: host" in done.stderr
+    assert f"warning: {path}:3: resources.cloud: the cloud is chosen at" in done.stderr
+    assert "SKYPILOT_NODE_RANK=1" in done.stdout.replace("export ", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("service: {replicas: 2}\n", 1, "service"),
+        ("resources:\n  use_spot: true\n", 2, "resources.use_spot"),
+        ("resources:\n  cloud: aws\n", 2, "resources.cloud"),
+        ("resources:\n  accelerators: [A100, H100]\n", 2, "resources.accelerators"),
+        ("resources:\n  image_id: ami-0123\n", 2, "resources.image_id"),
+        ("secrets:\n  HF_TOKEN: hf_written_here\n", 2, "secrets.HF_TOKEN"),
+        ("file_mounts:\n  /data: ./data\n", 1, "file_mounts"),
+        ("workdir: {url: 'https://github.com/x/y'}\n", 1, "workdir"),
+        ("envs:\n  SKYPILOT_NODE_RANK: 3\n", 2, "envs.SKYPILOT_NODE_RANK"),
+        ("envs:\n  NEEDED: null\n", 2, "envs.NEEDED"),
+    ],
+)
+def test_what_gpujob_cannot_honour_is_one_line_naming_the_field(
+    tmp_path: Path, text: str, line: int, field: str
+) -> None:
+    path = task(tmp_path, text + RUN)
+    done = dry_run(path)
+    assert done.returncode == 2, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("gpujob: error:")]
+    assert len(errors) == 1 and f"{path}:{line}: {field}:" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_gpujob_spec_is_never_read_as_a_skypilot_task(tmp_path: Path) -> None:
+    path = task(tmp_path, "name: t\nimage: host\nnum_nodes: 2\n" + RUN)
+    done = dry_run(path)
+    assert done.returncode == 2 and "num_nodes: unknown key" in done.stderr, done.stderr
