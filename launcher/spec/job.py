@@ -356,13 +356,34 @@ class JobSpec(StrictModel):
             return None
         per_step = self.world_size * batch.micro_batch
         if batch.global_batch % per_step:
-            raise FieldError(
-                ("batch", "global_batch"),
-                f"{batch.global_batch} is not a multiple of world_size "
-                f"{self.world_size} x batch.micro_batch {batch.micro_batch} = {per_step}; "
-                f"use a global_batch of {_nearest_multiples(batch.global_batch, per_step)}",
-            )
+            raise FieldError(("batch", "global_batch"), _batch_refusal(
+                batch.global_batch, self.world_size, batch.micro_batch
+            ))  # fmt: skip
         return batch.global_batch // per_step
+
+
+def _batch_refusal(global_batch: int, world: int, micro: int) -> str:
+    """The division, what shell arithmetic would silently train on instead (seed 001's
+    start.sh), and the valid choices both ways."""
+    per_step = world * micro
+    floor = global_batch // per_step
+    silent = (
+        f"shell arithmetic would take {floor} and train on {floor * per_step} per step"
+        if floor
+        else "shell arithmetic would take 0 steps of accumulation"
+    )
+    worlds = [w for w in range(1, 1025) if global_batch % (w * micro) == 0]
+    other_way = (
+        f", or a world size of {', '.join(map(str, worlds[:8]))}"
+        if worlds
+        else f" (no world size divides it with micro_batch {micro}: that needs a micro_batch "
+        f"that divides {global_batch})"
+    )
+    return (
+        f"{global_batch} / (world_size {world} x batch.micro_batch {micro}) = "
+        f"{global_batch / per_step:.2f}, not a whole number of accumulation steps; {silent}; "
+        f"use a global_batch of {_nearest_multiples(global_batch, per_step)}{other_way}"
+    )
 
 
 def _nearest_multiples(value: int, step: int) -> str:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from launcher.errors import UsageError
 from launcher.plan.model import CopyFile, RunCommand, WriteFile
 from launcher.plan.show import plan_json, plan_text
+from launcher.spec.job import JobSpec
 
 TWO_HOSTS = target(2, hosts=("gpu-a", "gpu-b"), addresses=("10.0.0.1", "10.0.0.2"))
 
@@ -272,3 +273,15 @@ def test_the_job_starts_last_under_the_agent() -> None:
     assert last.argv == ("/usr/bin/python3", "/jobs/job-1/gpujob-agent.py", "start",
                          "/jobs/job-1/node-0")  # fmt: skip
     assert [s for s in node.steps if isinstance(s, RunCommand) and s.starts_job] == [last]
+
+
+def test_a_batch_that_does_not_divide_shows_the_division_the_silent_loss_and_both_fixes() -> None:
+    spec = {"name": "t", "image": "host", "nodes": 1,
+            "run": {"entrypoint": "train.py", "nproc_per_node": 3},
+            "batch": {"global_batch": 32, "micro_batch": 4}}  # fmt: skip
+    with pytest.raises(ValidationError) as err:
+        JobSpec.model_validate(spec)
+    message = str(err.value)
+    assert "32 / (world_size 3 x batch.micro_batch 4) = 2.67" in message
+    assert "shell arithmetic would take 2 and train on 24 per step" in message
+    assert "use a global_batch of 24 or 36, or a world size of 1, 2, 4, 8" in message
