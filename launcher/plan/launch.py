@@ -163,7 +163,9 @@ def _torchrun_argv(node: NodeContext) -> list[list[str]]:
     spec, run = node.spec, node.spec.run
     groups = [[node.python, "-m", "torch.distributed.run"]]
     if spec.nodes == 1:
-        groups += [["--standalone"], ["--nnodes", "1"]]
+        # The address workers meet at is `--local-addr or socket.getfqdn()`: a host whose own
+        # name does not resolve (no DNS in reach) would hang the rendezvous on it.
+        groups += [["--standalone"], ["--nnodes", "1"], ["--local-addr", "127.0.0.1"]]
     else:
         groups += [
             ["--nnodes", str(spec.nodes)],

@@ -143,3 +143,16 @@ def test_bad_run_forms_are_one_line_errors(tmp_path: Path, run_yaml: str, field:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"gpujob: error: {spec}:3: {field}:"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_one_node_torchrun_meets_on_loopback_not_the_hosts_own_name() -> None:
+    """`--local-addr` spares the rendezvous a `getfqdn()` that hangs where the host's name
+    does not resolve (launchers.md §1.3); every node of a multi-node job names its own."""
+    one = words(run_sh(plan_of(spec_of())))
+    assert one[one.index("--standalone") :][:5] == [
+        "--standalone", "--nnodes", "1", "--local-addr", "127.0.0.1"
+    ]  # fmt: skip
+    plan = plan_of(spec_of(nodes=2), TWO_HOSTS)
+    for rank, address in enumerate(("10.0.0.1", "10.0.0.2")):
+        argv = words(run_sh(plan, rank))
+        assert argv[argv.index("--local-addr") + 1] == address
