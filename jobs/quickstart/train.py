@@ -7,6 +7,11 @@ Checkpoints follow the Hugging Face layout (`checkpoint-N/`, `trainer_state.json
 last), saved by rank 0 into a temporary folder and renamed, so a half-written one never
 carries the final name; then the `.gpujob-complete` marker (gpujob's contract, see
 launcher/agent/ckpt_store.py) says the save returned, and only then may gpujob sync it.
+
+SIGTERM (a cancel, `max_duration`, a GPU-idle stop: gpujob's agent sends it, and torchrun
+passes it to every rank) ends the run at the end of the step under way, on every rank at the
+same step (the stop is summed with the loss), with a checkpoint of that step: the work up to
+the signal is saved, and gpujob syncs it before the job ends.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -170,6 +176,8 @@ def main() -> None:
             f"{args.grad_accum} x world {world}"
         )
 
+    stop_requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stop_requested.append(signum))
     data = batches(rank, args.micro_batch, args.seq_len, device)
     tokens_per_step = args.micro_batch * args.grad_accum * world * args.seq_len
     started = time.perf_counter()
@@ -193,18 +201,23 @@ def main() -> None:
             if cuda:
                 torch.cuda.synchronize()
             steady_start = time.perf_counter()
-        dist.all_reduce(total)
-        loss_value = total.item() / world
+        # one collective for the loss and the stop: every rank stops after the same step
+        reduced = torch.stack([total, torch.tensor(float(bool(stop_requested)), device=device)])
+        dist.all_reduce(reduced)
+        loss_sum, stops = reduced.tolist()  # one copy to the host, as `.item()` was
+        loss_value, stopping = loss_sum / world, stops > 0
         if rank == 0 and (step % args.log_every == 0 or step == 1):
             now = time.perf_counter()
             rate = tokens_per_step * (step - window_step) / max(now - window_start, 1e-9)
             say(f"step {step}/{args.steps} loss {loss_value:.4f} tokens/s {rate:.0f}")
             window_start, window_step = now, step
-        if args.save_every and step % args.save_every == 0:
+        if stopping or (args.save_every and step % args.save_every == 0):
             if rank == 0:
                 path = save_checkpoint(model, optimizer, step, loss_value, args)
                 say(f"checkpoint saved: {path}")
             dist.barrier()
+        if stopping:
+            stopped(rank, step, args.steps)
     if cuda:
         torch.cuda.synchronize()
     finished = time.perf_counter()
@@ -225,6 +238,16 @@ def main() -> None:
     # hangs after "done" (seen here with torch 2.13.0+cpu, about one run in three).
     sys.stdout.flush()
     os._exit(0)
+
+
+def stopped(rank: int, step: int, steps: int) -> None:
+    """SIGTERM: the checkpoint of this step is saved; leave as a terminated program does."""
+    if rank == 0:
+        say(f"stopped by SIGTERM at step {step}/{steps}; checkpoint-{step} saved")
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(128 + signal.SIGTERM)  # os._exit: see the end of main()
 
 
 if __name__ == "__main__":

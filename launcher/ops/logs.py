@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.agent.states import TERMINAL
+from launcher.agent.limits import TIMED_OUT_CODE
+from launcher.agent.states import TERMINAL, TIMED_OUT
 from launcher.errors import GpujobError, UsageError
 from launcher.ops import say
 from launcher.ops.jobs import close_all, job_connections, job_or_fail
@@ -135,15 +136,31 @@ def _logs(
     cause = pick_cause(done, texts) if len(done) > 1 else first_failure(done)
     if cause is not None and cause.status.get("state") == "failed":
         code = int(cause.status.get("exit_code") or 1)
-    db.update_job(job.id, state, exit_code=code, last_line=_final_line(cause or done[0]))
+    ending = _ending(done, state, cause)
+    if state == TIMED_OUT:
+        code = TIMED_OUT_CODE
+    timed_out = ending if state == TIMED_OUT else None
+    db.update_job(job.id, state, exit_code=code,
+                  last_line=timed_out or _final_line(cause or done[0]))  # fmt: skip
     if follow and tail is None and node is None:
         for stream in done:
             db.set_offset(job.id, stream.rank, 0)
     if follow:
-        if cause is not None and len(job.node_dirs) > 1:
+        if cause is not None and len(job.node_dirs) > 1 and state != TIMED_OUT:
             _show_cause(cause, texts[cause.rank])
-        say(f"job {job.id} {state} (exit code {code})")
+        say(f"job {job.id} {ending} (exit code {code})")
     return code
+
+
+def _ending(streams: list[Any], state: str, cause: Any) -> str:
+    """How the job ended, in words: its state, with the agent's reason where it gave one (a
+    time limit and the last checkpoint, a stop by the GPU-idle policy or the disk care)."""
+    if state == TIMED_OUT:
+        timed = min((s for s in streams if s.status.get("state") == TIMED_OUT),
+                    key=lambda s: s.rank)  # fmt: skip
+        return str(timed.status.get("reason") or state)
+    reason = cause.status.get("reason") if cause is not None else None
+    return f"{state}: {reason}" if reason and state == "failed" else state
 
 
 def _cancel_nodes(job: JobRecord, conns: list[Any], skip: int) -> None:
@@ -228,7 +245,7 @@ def _log_size(stream: Any) -> int:
 
 def _job_state(streams: list[Any]) -> str:
     states = [stream.status.get("state") for stream in streams]
-    for state in ("lost", "failed", "cancelled"):
+    for state in ("lost", TIMED_OUT, "failed", "cancelled"):
         if state in states:
             return state
     return states[0] if len(set(states)) == 1 else "running"

@@ -156,6 +156,19 @@ class NodePlan:
 
 
 @dataclass(frozen=True)
+class JobLimits:
+    """The limits each node's agent keeps (job.json's `max_duration_s` and `idle_gpu`): the
+    time limit stops the job with its grace and it ends `timed out`; `idle_gpu` is the
+    spec's policy as written (`below_percent`, `minutes`, `action`)."""
+
+    max_duration_s: float | None
+    grace_s: int
+    idle_gpu: dict[str, object] | None = None
+    sync_to: str | None = None
+    """Where the last checkpoint goes before a timed-out job ends, if anywhere."""
+
+
+@dataclass(frozen=True)
 class Plan:
     job_id: str
     name: str
@@ -170,6 +183,7 @@ class Plan:
     image_ref: str | None = None
     logs_to: str | None = None
     """Where the agents ship each node's log (beside the checkpoints in S3), if anywhere."""
+    limits: JobLimits | None = None
 
     @property
     def node_dirs(self) -> list[str]:

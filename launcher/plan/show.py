@@ -19,12 +19,14 @@ from launcher.plan.model import (
     HOME_SHOWN,
     UNKNOWN_HOME,
     CopyFile,
+    JobLimits,
     Plan,
     ReachCheck,
     RunCommand,
     SyncDir,
     WriteFile,
 )
+from launcher.spec.limits import show_duration
 
 MASK = "***"
 
@@ -39,6 +41,8 @@ def plan_text(plan: Plan) -> str:
         lines.append(f"grad_accum_steps = {plan.grad_accum_steps}")
     if plan.image_ref:
         lines.append(f"image {plan.image_ref}")
+    if plan.limits is not None:
+        lines.extend(limit_lines(plan.limits))
     for node in plan.nodes:  # several nodes: each one's start comes after every preparation
         lines.append("")
         lines.append(f"node {node.rank} on {node.host}: job dir {shown(node.job_dir)}")
@@ -47,6 +51,29 @@ def plan_text(plan: Plan) -> str:
     if not plan.starts_in_batch:
         lines.extend(_start_lines(plan))
     return "\n".join(lines) + "\n"
+
+
+def limit_lines(limits: JobLimits) -> list[str]:
+    """One line per limit the agents keep: what ends the job, and how."""
+    lines = []
+    if limits.max_duration_s is not None:
+        kept = (f"last checkpoint synced to {limits.sync_to}" if limits.sync_to else
+                "checkpoints kept on the host")  # fmt: skip
+        lines.append(
+            f"time limit: {show_duration(limits.max_duration_s)} (max_duration), then SIGTERM, "
+            f"{limits.grace_s} s grace, {kept}; the job ends `timed out` (exit code 124)"
+        )
+    if limits.idle_gpu is not None:
+        idle = limits.idle_gpu
+        window = show_duration(float(idle["minutes"]) * 60)  # type: ignore[arg-type]
+        then = ("a warning in the log and `gpujob status`" if idle["action"] == "warn" else
+                f"warned at half of it, then SIGTERM, {limits.grace_s} s grace; the job ends "
+                "`failed`")  # fmt: skip
+        lines.append(
+            f"GPU idle: every GPU of the host under {idle['below_percent']:g}% for {window} "
+            f"(resources.idle_gpu, from nvidia-smi): {then}"
+        )
+    return lines
 
 
 def _start_lines(plan: Plan) -> list[str]:

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from launcher.agent.limits import show_duration as show_duration  # the agent's, one rule
+
 
 class StrictModel(BaseModel):
     """Unknown keys are errors: a typo must never be silently ignored."""
@@ -34,15 +36,6 @@ def parse_duration(value: Any) -> float:
     if seconds <= 0:
         raise ValueError("a duration must be above zero")
     return seconds
-
-
-def show_duration(seconds: float) -> str:
-    """The shortest exact form `parse_duration` reads back: 1800 -> `30m`."""
-    for unit in ("d", "h", "m"):
-        count = seconds / DURATION_UNITS[unit]
-        if count >= 1 and count == int(count):
-            return f"{int(count)}{unit}"
-    return f"{seconds:g}s"
 
 
 Seconds = Annotated[
