@@ -20,6 +20,13 @@ from agent_os import alive, descendants, forward, rss_bytes
 
 Sample = Callable[[int], None]
 """Called about once a second while the job runs, with its processes' resident bytes."""
+DOCKER_TAIL = 20
+"""Lines of `docker logs` kept for a container that ended before its script wrote a line."""
+HINTS = {
+    126: "a program the container starts is not executable there",
+    127: "the image lacks a program the container starts (`bash` runs the job's run.sh)",
+}
+HINT_OTHERWISE = "check the image's entrypoint, and that bash runs in it: docker run IMAGE bash"
 
 
 class StartFailed(Exception):
@@ -42,6 +49,9 @@ class BareJob:
         self.node_dir, self.config, self.log = node_dir, config, log
         self.pid: int | None = None
         self.job: subprocess.Popen[bytes] | None = None
+        self.reason: str | None = None
+        """Why the job ended, where its log cannot say (the status's `reason`); its own
+        output goes straight into job.log, so a bare job has none of its own."""
 
     def start(self, env: dict[str, str]) -> dict[str, Any]:
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -82,21 +92,28 @@ class BareJob:
 
 class ContainerJob:
     """`docker run --detach`; the env file of secrets is deleted as soon as Docker has read
-    it; `docker wait` for the exit code. The container writes job.log itself (a bind mount)."""
+    it; `docker wait` for the exit code. The container writes job.log itself (a bind mount),
+    from the moment its script runs: a container that ends before then (its entrypoint
+    missing from the image) said why only to Docker, so `docker logs` is copied into the
+    log and the status's reason."""
 
     def __init__(self, node_dir: Path, config: dict[str, Any], log: Path) -> None:
         self.node_dir, self.config, self.log = node_dir, config, log
         self.container: str | None = None
+        self.reason: str | None = None
+        self.not_the_container = 0
+        """Bytes of job.log written before the container ran, or by the agent for it."""
 
     def start(self, env: dict[str, str]) -> dict[str, Any]:
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
+            self.not_the_container = os.fstat(log_fd).st_size
             started = subprocess.run(
-                self.config["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=log_fd, check=False,
-            )  # fmt: skip
+                self.config["argv"], stdin=subprocess.DEVNULL, capture_output=True, check=False
+            )
+            self._write(log_fd, started.stderr)  # Docker's own complaint, if any
         except OSError as err:
-            os.write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
+            self._write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
             started = subprocess.CompletedProcess(self.config["argv"], 127, b"", b"")
         finally:
             os.close(log_fd)
@@ -107,15 +124,44 @@ class ContainerJob:
             raise StartFailed(started.returncode, "docker run failed")
         return {"container": self.container}
 
+    def _write(self, log_fd: int, data: bytes) -> None:
+        os.write(log_fd, data)
+        self.not_the_container += len(data)
+
     def wait(self, sample: Sample) -> int:
         """`docker wait`, asked again if the client call breaks while the container lives."""
         for _ in range(30):
             waited = subprocess.run(["docker", "wait", str(self.container)],
                                     capture_output=True, text=True)  # fmt: skip
             if waited.returncode == 0 and waited.stdout.strip().isdigit():
-                return int(waited.stdout.strip())
+                code = int(waited.stdout.strip())
+                if code != 0 and self._log_size() <= self.not_the_container:
+                    self._explain_early_exit(code)
+                return code
             time.sleep(1)
         return 125
+
+    def _log_size(self) -> int:
+        try:
+            return self.log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _explain_early_exit(self, code: int) -> None:
+        """The container ended before its script wrote a line: Docker's own last lines (the
+        entrypoint's error is there, not in job.log) and a hint go into the log as the
+        agent's lines, and the last of Docker's lines into the status's reason."""
+        logs = subprocess.run(["docker", "logs", "--tail", str(DOCKER_TAIL), str(self.container)],
+                              capture_output=True)  # fmt: skip
+        said = (logs.stdout + logs.stderr).decode(errors="replace").splitlines()
+        said = [line.rstrip() for line in said if line.strip()][-DOCKER_TAIL:]
+        head = f"the container exited {code} before the job's script ran"
+        lines = [f"{head}; `docker logs` says:" if said else f"{head}; `docker logs` is empty"]
+        lines += [f"  {line}" for line in said]
+        lines.append(f"hint: {HINTS.get(code, HINT_OTHERWISE)}")
+        with open(self.log, "ab") as log:
+            log.write("".join(f"[gpujob-agent] {line}\n" for line in lines).encode())
+        self.reason = f"{head}: {said[-1][-200:]}" if said else head
 
     def pause(self, paused: bool) -> None:
         subprocess.run(["docker", "pause" if paused else "unpause", str(self.container)],

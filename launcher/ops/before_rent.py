@@ -7,7 +7,9 @@ probe written and deleted, from here), the image (its registry answers for the n
 lock is there and matches its definition), and the disk budget against the disk asked for
 (always printed). What only the host can say (its driver against the image's CUDA, whether
 the environment builds there) is checked first thing after boot, and a failure there
-terminates what was rented (`launcher.ops.submit`).
+terminates what was rented (`launcher.ops.submit`). The cost budget (`--max-cost`) needs the
+offers' prices: it is checked once they are listed, still before the launch call
+(`launcher.ops.cost`).
 """
 
 from __future__ import annotations

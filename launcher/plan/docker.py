@@ -38,7 +38,12 @@ def pull_step(target: Target) -> RunCommand:
             'docker pull "$image" >&2',
         ]
     )
-    return RunCommand(argv=("bash", "-c", script), why=f"pull the job image {image} if missing")
+    return RunCommand(
+        argv=("bash", "-c", script),
+        why=f"pull the job image {image} if missing",
+        hint="check the image's name, that the host reaches its registry, and for a private "
+        "one a `docker login` there",
+    )
 
 
 def run_argv(

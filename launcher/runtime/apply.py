@@ -12,6 +12,7 @@ starts at the end of its batch.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import threading
 from collections.abc import Callable
@@ -33,6 +34,12 @@ from launcher.remote.batch import File, Op, Outcome, Run
 
 Report = Callable[[str], None]
 FirstRead = tuple[bytes, dict[str, Any]]
+TAIL_LINES = 10
+"""How many of a failed preparation command's last stdout lines are shown (its stderr was
+streamed to the terminal as it came): venv's complaint, for one, may be there."""
+CAUSE = re.compile(r"error|not available|no such|denied|not found|refused|unreachable|no space",
+                   re.IGNORECASE)  # fmt: skip
+"""A line that says why (pip's `ERROR: ...`), picked over a closing `Failing command: ...`."""
 
 
 def apply_plan(
@@ -95,7 +102,10 @@ def _prepare(
     if syncs:
         report(f"node {node.rank}: shipped the workdir ({outcome.sent} file(s) changed)")
     for command, result in zip(commands, outcome.runs, strict=False):
-        _require(node, command, result)
+        if command.starts_job:
+            _require(node, command, result)
+        else:
+            _require_prepared(node, command, result, report)
     if not with_start:
         return None
     report(f"node {node.rank}: job started")
@@ -125,6 +135,34 @@ def _require(node: NodePlan, command: RunCommand, result: Result) -> None:
             f"(exit {result.exit_code}): {_last(result)}",
             command.hint or f"the command was: {shlex.join(command.argv)[:300]}",
         )
+
+
+def _require_prepared(node: NodePlan, command: RunCommand, result: Result, report: Report) -> None:
+    """A preparation command that failed (the job environment, the workdir copy, the image
+    pull): what failed, the line of its output that says why (pip's `ERROR: ...`), and
+    what to check; exit 1. Its stderr is on the terminal already (streamed as it came);
+    its stdout never was, so its last lines are shown here."""
+    if result.ok:
+        return
+    failed = f"node {node.rank} ({node.host}): {command.why} failed (exit {result.exit_code})"
+    unseen = _last_lines(result.stdout)
+    if unseen:
+        report(f"{failed}; the last lines of its stdout:")
+        for line in unseen:
+            report(f"  {line}")
+    said = _last_lines(result.stderr) + unseen
+    cause = next((line for line in reversed(said) if CAUSE.search(line)), None)
+    raise GpujobError(
+        f"{failed}: {cause or (said[-1] if said else 'it said nothing')}",
+        command.hint or f"the command was: {shlex.join(command.argv)[:300]}",
+    )
+
+
+def _last_lines(text: str | None) -> list[str]:
+    """The last lines of an output, as a terminal shows them (a progress bar's last state),
+    blank ones left out."""
+    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1].rstrip() for ln in (text or "").split("\n")]
+    return [line[-300:] for line in lines if line.strip()][-TAIL_LINES:]
 
 
 def check_reach(check: ReachCheck, connections: dict[str, Connection], report: Report) -> None:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -174,3 +175,21 @@ def cut_connections(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(target, signal.SIGKILL)
             killed.append(pid)
+
+
+@dataclass(frozen=True)
+class SSHHost:
+    """A lab host as a hosts.yaml entry: its folder of this machine, and its job logs."""
+
+    lab: object  # infra.lab.LabHost
+    hosts_file: Path
+
+    @property
+    def root(self) -> Path:
+        """The host's /root as a folder of this machine (its "disk")."""
+        from infra.lab import boot
+
+        return boot.host_dir(self.lab.name) / "root"
+
+    def job_log(self, job_id: str) -> bytes:
+        return (self.root / ".gpujob" / "jobs" / job_id / "node-0" / "job.log").read_bytes()

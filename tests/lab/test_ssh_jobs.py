@@ -16,11 +16,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from labtools import LONG_JOB, follow_through_cuts
+from labtools import LONG_JOB, SSHHost, follow_through_cuts
 
 from launcher.agent.agent_os import alive, descendants
 
@@ -31,22 +30,6 @@ GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 IMAGE = str(REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml")
 HOST = "gjlab-ssh"
 TOOLS = ("ip", "sshd", "nsenter", "unshare", "ssh-keygen")
-
-
-@dataclass(frozen=True)
-class SSHHost:
-    lab: object  # infra.lab.LabHost
-    hosts_file: Path
-
-    @property
-    def root(self) -> Path:
-        """The host's /root as a folder of this machine (its "disk")."""
-        from infra.lab import boot
-
-        return boot.host_dir(self.lab.name) / "root"
-
-    def job_log(self, job_id: str) -> bytes:
-        return (self.root / ".gpujob" / "jobs" / job_id / "node-0" / "job.log").read_bytes()
 
 
 def _missing() -> str | None:

@@ -1,0 +1,180 @@
+"""The cost budget: what a rental may cost at most, checked before the launch call, and what
+rented hosts have cost against the budget they were rented under (`gpujob status`).
+
+A rental's bound is its price over the longest it can run: the job's `max_duration` plus
+the autostop window (how long an idle host waits before it ends itself). A budget with no
+bound cannot be kept, so such a rent is refused rather than guessed at. The budget is
+`--max-cost DOLLARS`, else `budget: {max_cost: DOLLARS}` in the user config.
+
+The arithmetic (`clear_cost`, `budget_warnings`) is pure; only `budget_for` reads a file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.errors import UsageError
+from launcher.paths import config_file
+
+CONFIG_EXAMPLE = "budget: {max_cost: 50}"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The most a rental may cost, in dollars, and where the user said so."""
+
+    max_cost: float
+    source: str
+    """`--max-cost`, or `budget.max_cost (FILE:LINE)`."""
+    raise_it: str
+    """How to raise it: `raise --max-cost`, or `raise budget.max_cost in FILE`."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The longest a rental can run, as the parts that add up to it (`max_duration`,
+    `autostop`), in seconds."""
+
+    parts: tuple[tuple[str, float], ...]
+
+    @property
+    def seconds(self) -> float:
+        return sum(seconds for _, seconds in self.parts)
+
+    def text(self) -> str:
+        """`8.5h (max_duration 8h + autostop 30m)`; one part names only itself."""
+        from launcher.spec.limits import show_duration
+
+        hours = f"{round(self.seconds / 3600, 2):g}h"
+        if len(self.parts) == 1:
+            return f"{hours} ({self.parts[0][0]})"
+        said = " + ".join(f"{name} {show_duration(seconds)}" for name, seconds in self.parts)
+        return f"{hours} ({said})"
+
+
+@dataclass(frozen=True)
+class CostCleared:
+    """A rent the budget allows: the line to print (None when there is nothing to say), the
+    highest $/hour a host may then cost (so a launch that falls back to a dearer offer stays
+    within the budget) and each host's share of the budget, recorded for `status`."""
+
+    line: str | None
+    max_price: float | None = None
+    share: float | None = None
+
+
+def rental_bound(max_duration_s: float | None, autostop_s: float | None) -> Bound | None:
+    """The rental's bound, or None when nothing ends it."""
+    parts = [(name, float(seconds)) for name, seconds in
+             (("max_duration", max_duration_s), ("autostop", autostop_s)) if seconds]  # fmt: skip
+    return Bound(tuple(parts)) if parts else None
+
+
+def cost_text(hosts: int, price_per_hour: float, bound: Bound) -> tuple[float, str]:
+    """The bound cost in whole cents and its arithmetic: `2 x $1.29/h x 8h (max_duration) =
+    $20.64`."""
+    exact = hosts * price_per_hour * bound.seconds / 3600
+    total = math.floor(exact * 100 + 0.5 + 1e-9) / 100  # to the cent, half up
+    return total, f"{hosts} x ${price_per_hour:.2f}/h x {bound.text()} = ${total:.2f}"
+
+
+def require_bound(budget: Budget | None, bound: Bound | None) -> None:
+    """Before any cloud call: a budget with nothing that ends the rental is refused."""
+    if budget is not None and bound is None:
+        raise UsageError(
+            f"{budget.source} ${budget.max_cost:.2f}: nothing ends the rental (no max_duration, "
+            "no autostop), so its cost has no bound",
+            "set --autostop (or resources.autostop in the spec) or the job's max_duration",
+        )
+
+
+def clear_cost(
+    budget: Budget | None, hosts: int, price_per_hour: float, bound: Bound | None
+) -> CostCleared:
+    """Refuse (exit 2, one line with the arithmetic) a rental whose bound cost passes the
+    budget; else say what it costs at most."""
+    require_bound(budget, bound)
+    if bound is None:
+        return CostCleared(None)
+    total, said = cost_text(hosts, price_per_hour, bound)
+    if budget is None:
+        return CostCleared(f"cost: at most {said}")
+    if total > budget.max_cost:
+        raise UsageError(
+            f"{budget.source} ${budget.max_cost:.2f}: {said}",
+            f"lower the time limit, or {budget.raise_it}",
+        )
+    share = budget.max_cost / hosts
+    return CostCleared(
+        f"cost: at most {said}, within {budget.source} ${budget.max_cost:.2f}",
+        max_price=share * 3600 / bound.seconds,
+        share=share,
+    )
+
+
+def budget_warnings(hosts: list[dict[str, Any]]) -> list[str]:
+    """`status`: one line per host whose cost so far passed its share of the budget it was
+    rented under (`host_rows` says `over_budget`)."""
+    return [
+        f"warning: {host['name']} has cost ${host['cost_so_far']:.2f} so far, past the "
+        f"${host['max_cost']:.2f} budget it was rented under; `gpujob down {host['name']}` "
+        "stops the billing"
+        for host in hosts
+        if host.get("over_budget")
+    ]
+
+
+def budget_for(max_cost: float | None) -> Budget | None:
+    """`--max-cost` when given, else the user config's `budget.max_cost`, else none."""
+    if max_cost is not None:
+        if not math.isfinite(max_cost) or max_cost <= 0:
+            raise UsageError(f"--max-cost {max_cost:g}: give dollars above zero, e.g. 50")
+        return Budget(max_cost, "--max-cost", "raise --max-cost")
+    return config_budget()
+
+
+def config_budget() -> Budget | None:
+    """`budget: {max_cost: DOLLARS}` in the user config; a bad value is one line naming the
+    file and its line."""
+    path = config_file()
+    if not path.is_file():
+        return None
+    import yaml
+
+    text = path.read_text()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: YAML syntax error: {err}".split("\n")[0]) from None
+    if not isinstance(data, dict) or data.get("budget") is None:
+        return None
+    lines = _key_lines(node)
+    body = data["budget"]
+    where = f"{path}:{lines.get(('budget',), 1)}"
+    if not isinstance(body, dict) or set(body) != {"max_cost"}:
+        extra = sorted(set(body) - {"max_cost"}) if isinstance(body, dict) else []
+        said = f"unknown key `{extra[0]}`" if extra else "expected a mapping with `max_cost`"
+        raise UsageError(f"{where}: budget: {said}", f"e.g. {CONFIG_EXAMPLE}")
+    value = body["max_cost"]
+    where = f"{path}:{lines.get(('budget', 'max_cost'), 1)}"
+    amount = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if amount is None or not math.isfinite(amount) or amount <= 0:
+        raise UsageError(
+            f"{where}: budget.max_cost: `{value}` is not an amount of dollars above zero",
+            f"e.g. {CONFIG_EXAMPLE}",
+        )
+    return Budget(float(amount), f"budget.max_cost ({where})", f"raise budget.max_cost in {path}")
+
+
+def _key_lines(node: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Each mapping key's line (1-based), by its path of keys."""
+    found: dict[tuple[str, ...], int] = {}
+    if node is not None and getattr(node, "id", "") == "mapping":
+        for key, value in node.value:
+            path = (*prefix, str(key.value))
+            found[path] = key.start_mark.line + 1
+            found.update(_key_lines(value, path))
+    return found
