@@ -84,6 +84,10 @@ class LambdaApi(LambdaControl, FakeApi):
         if LAMBDA_API_KEY not in keys:
             raise fail("global/invalid-api-key")
 
+    def caller(self, request: Request) -> str | None:
+        keys = keys_from(request.headers)
+        return "account" if LAMBDA_API_KEY in keys else ("inactive" if keys else None)
+
     def rate_limit(self, request: Request, op: str) -> None:
         """About 1 request/s overall; launch 1 per 12 s (the stricter of the two documented
         figures). Burst sizes are not documented [U]: 2 overall, 1 for launch."""

@@ -98,6 +98,10 @@ class FakeApi:
     def rate_limit(self, request: Request, op: str) -> None:
         """Raise ApiError (429) when the caller is too fast for `op`."""
 
+    def caller(self, request: Request) -> str | None:
+        """Whose key the request carries, in words for the request log (never the key)."""
+        return None
+
     def control(self, request: Request, parts: list[str]) -> Reply | None:
         """API-specific `/_fake/...` endpoints; None when `parts` is not one of them."""
         return None
@@ -132,7 +136,8 @@ class FakeApi:
         found = self._match(request.method, request.path)
         op = found[0].op if isinstance(found, tuple) else "?"
         entry = {"method": request.method, "path": request.path, "query": request.query,
-                 "op": op, "body": _loggable(request)}  # fmt: skip
+                 "op": op, "body": _loggable(request), "caller": self.caller(request),
+                 "user_agent": request.headers.get("user-agent")}  # fmt: skip
         with self.lock:
             self.requests.append(entry)
             del self.requests[:-10000]

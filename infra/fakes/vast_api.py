@@ -104,6 +104,15 @@ class VastApi(VastControl, CreateMixin, ListMixin, FakeApi):
             return  # the per-instance key may start, stop or destroy its own instance (§3.3)
         raise fail(401, "auth_error", "Invalid user key")
 
+    def caller(self, request: Request) -> str | None:
+        """`account`, `readonly`, `instance ID` (its own instance key) or None."""
+        key = caller_key(request)
+        if key in (VAST_API_KEY, VAST_READONLY_KEY) or key is None:
+            return {VAST_API_KEY: "account", VAST_READONLY_KEY: "readonly"}.get(key or "")
+        with self.lock:
+            owner = next((i for i in self.books.instances.values() if i.api_key == key), None)
+        return f"instance {owner.id}" if owner else "unknown"
+
     def rate_limit(self, request: Request, op: str) -> None:
         """A minimum interval per (key, endpoint); the three 429 bodies take turns."""
         threshold = THRESHOLDS.get(op)

@@ -1,8 +1,9 @@
 """The lab: a GPU cloud on this machine made of real parts, for tests and demos (needs root).
 
 `up` makes the bridge, the registry, S3, the base image, static SSH hosts and (when
-`infra.fakes` exists) the Lambda and Vast API fakes; `down` removes all of it by the records
-in the lab folder; `env_vars` says how to reach it. Both take `dry_run`: the steps are values
+`infra.fakes` exists) the Lambda and Vast API fakes, forwarded to the bridge for the hosts
+(forwards.py); `down` removes all of it by the records in the lab folder; `env_vars` says
+how to reach it. Both take `dry_run`: the steps are values
 (title, literal commands, action), printed by a dry run and carried out by a real one.
 Modules: state (records, lock, daemons), network (bridge, veths), boot (sshd and dockerd
 in a host's namespaces), hosts (the public host API), registry, s3, base_image, job_image.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from infra.lab import base_image, boot, network, registry, s3, state
+from infra.lab import base_image, boot, forwards, network, registry, s3, state
 from infra.lab.hosts import (
     LabHost,
     create_host,
@@ -70,7 +71,8 @@ def up(*, hosts: int = 2, dry_run: bool = False, report: Report = print) -> None
             [*network.host_argv(name, "10.77.0.N"), boot.sshd_argv(name),
              boot.dockerd_argv(name, "SSHD_PID")],
         ))  # fmt: skip
-    steps.append(Step("provider API fakes (infra.fakes)", lambda: _start_fakes(report)))
+    steps.append(Step("provider API fakes (infra.fakes), forwarded to the bridge for the hosts",
+                      lambda: _start_fakes(report), [forwards.forward_argv("PORT")]))  # fmt: skip
     _carry_out(steps, dry_run, report)
 
 
@@ -80,7 +82,7 @@ def down(*, dry_run: bool = False, report: Report = print) -> None:
         _require_root()
     lab = state.read_state()
     names = sorted(set(lab["hosts"]) | set(network.lab_namespaces()))
-    steps = [Step("provider API fakes", lambda: _stop_fakes(report))]
+    steps = [Step("provider API fakes and their forwards", lambda: _stop_fakes(report))]
     steps += [
         Step(f"host {name}", lambda name=name: destroy_host(name),
              [["kill", "-KILL", "<every pid in netns " + name + ">"], ["ip", "netns", "del", name],
@@ -196,7 +198,8 @@ def _start_fakes(report: Report) -> None:
     if fakes is None:
         return
     urls = fakes.start_fakes(lab_dir())
-    with state.locked_state() as lab:
+    with state.locked_state() as lab:  # hosts that call the API (autostop) reach it there
+        urls = {**urls, **forwards.start_all(lab["daemons"], urls)}
         lab["fakes"] = dict(urls)
     for key, url in urls.items():
         report(f"{key}={url}")
@@ -207,4 +210,5 @@ def _stop_fakes(report: Report) -> None:
     if fakes is not None:
         fakes.stop_fakes(lab_dir())
     with state.locked_state() as lab:
+        forwards.stop_all(lab["daemons"])
         lab.pop("fakes", None)

@@ -21,8 +21,19 @@ CHECKPOINT_SOURCES = tuple(
     for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_logs.py", "ckpt_watch.py")
 )
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
+LIMITS_SOURCE = Path(__file__).with_name("limits.py")
+"""The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
-                 *CHECKPOINT_SOURCES)  # fmt: skip
+                 *CHECKPOINT_SOURCES, str(LIMITS_SOURCE))  # fmt: skip
+
+AUTOSTOP_FILE = "gpujob-autostop.py"
+"""The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""
+AUTOSTOP_SOURCES = {
+    AUTOSTOP_FILE: str(Path(__file__).with_name("autostop.py")),
+    "autostop_call.py": str(Path(__file__).with_name("autostop_call.py")),
+    "agent_os.py": str(AGENT_OS_SOURCE),
+}
+"""What `up --autostop` ships to a host, by the name each has there (siblings keep theirs)."""
 
 
 def agent_path(node_dir: str) -> str:

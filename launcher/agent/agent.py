@@ -29,8 +29,9 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks, write_json
+from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from runtimes import BareJob, ContainerJob, StartFailed, job_for, stop_container, stop_tree
-from states import TERMINAL
+from states import TERMINAL, TIMED_OUT
 
 STATUS = "status.json"
 STATUS_LOCK = threading.Lock()
@@ -83,8 +84,8 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
 
 
 def supervise(node_dir: Path) -> int:
-    """Start the node's job in its runtime, record it, care for its checkpoints while it
-    runs, record its end. Returns 0: the job's own code is in the status."""
+    """Start the node's job in its runtime, record it, care for its checkpoints and keep its
+    limits while it runs, record its end. Returns 0: the job's own code is in the status."""
     config = read_json(node_dir / "job.json")
     env = dict(os.environ)
     secrets_file = config.get("secrets_file")
@@ -116,9 +117,13 @@ def supervise(node_dir: Path) -> int:
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
+    limits = _limit_watch(node_dir, config, job, status)
     code = job.wait(_sampler(node_dir, status))
+    if job.reason:  # e.g. a container that ended before its script ran (runtimes.py)
+        status["reason"] = job.reason
+    _stop_watch(limits)
     _stop_watch(watch)
-    _record_end(node_dir, status, code)
+    _record_end(node_dir, status, code, config.get("checkpoints"))
     job.end()
     return 0
 
@@ -144,7 +149,11 @@ def _stop_watch(watch: tuple[threading.Event, threading.Thread] | None) -> None:
         watch[1].join()
 
 
-def _record_end(node_dir: Path, status: dict[str, Any], code: int) -> None:
+def _record_end(
+    node_dir: Path, status: dict[str, Any], code: int, care: dict[str, Any] | None
+) -> None:
+    """After the checkpoint care's final pass: a timed-out node's reason names its last
+    checkpoint as that pass left it."""
     cancelled = (node_dir / "cancel-requested").exists()
     with STATUS_LOCK:
         status.update(
@@ -154,7 +163,33 @@ def _record_end(node_dir: Path, status: dict[str, Any], code: int) -> None:
         )
         if status.get("stopped_reason"):
             status.update(state="failed", reason=status["stopped_reason"])
+        if status.get("timed_out"):  # the time limit stopped it; the program's code is kept
+            status.update(state=TIMED_OUT, program_exit_code=code, exit_code=TIMED_OUT_CODE,
+                          reason=timed_out_reason(status, care))  # fmt: skip
         write_json(node_dir / STATUS, status)
+
+
+def _limit_watch(
+    node_dir: Path, config: dict[str, Any], job: BareJob | ContainerJob, status: dict[str, Any]
+) -> tuple[threading.Event, threading.Thread] | None:
+    """`max_duration` and `resources.idle_gpu`, kept by a thread of limits.py's."""
+    limits = Limits.from_config(config)
+    if not limits.any:
+        return None
+
+    def publish(update: dict[str, Any]) -> None:
+        with STATUS_LOCK:
+            status.update(update)
+            write_json(node_dir / STATUS, status)
+
+    def ending() -> bool:
+        return (node_dir / "cancel-requested").exists() or bool(status.get("stopped_reason"))
+
+    watch = LimitWatch(limits, lambda text: log_line(node_dir, text), publish, job.stop, ending)
+    done = threading.Event()
+    thread = threading.Thread(target=watch.run, args=(done,), name="gpujob-limits")
+    thread.start()
+    return done, thread
 
 
 def _checkpoint_watch(
@@ -194,7 +229,8 @@ def _checkpoint_watch(
     watcher = ckpt_watch.Watcher(
         config=ckpt_watch.WatchConfig.from_json(care, node_dir),
         log_fd=log_fd, say=say, publish=publish, stop_job=stop_job, pause_job=job.pause,
-        env={k: str(v) for k, v in remote_env.items()}, hook_env=env,
+        env={k: str(v) for k, v in remote_env.items()},
+        hook_env={**env, **care.get("hook_env", {})},
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)

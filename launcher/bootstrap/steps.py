@@ -12,12 +12,15 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from launcher.errors import GpujobError, UsageError
 from launcher.plan.model import HostFacts
 from launcher.remote.base import Connection
 from launcher.remote.facts import host_facts
+
+if TYPE_CHECKING:
+    from launcher.bootstrap.autostop import AutostopSetup
 
 Status = Literal["ok", "fixed", "failed", "skipped"]
 RCLONE_HOME_PATH = ".local/bin/rclone"
@@ -35,6 +38,8 @@ class HostProfile:
     allow_cpu: bool = False
     min_disk_gb: int = 0
     image: str | None = None
+    autostop: AutostopSetup | None = None
+    """A rented host's watcher that ends it once idle (`up --autostop`), else None."""
 
 
 class StepResult(NamedTuple):
@@ -231,4 +236,13 @@ def driver_refusal(image: str, torch_label: str, driver: str) -> UsageError | No
     return None
 
 
-STEPS: tuple[Step, ...] = (system, gpu, docker, disk, rclone, image)
+def autostop(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
+    """Last, once the host is otherwise ready: the watcher starts counting idle time."""
+    if profile.autostop is None:
+        return StepResult("autostop", "skipped", "not asked (--autostop)")
+    from launcher.bootstrap.autostop import ensure
+
+    return ensure(conn, profile.autostop, found.facts.home)
+
+
+STEPS: tuple[Step, ...] = (system, gpu, docker, disk, rclone, image, autostop)

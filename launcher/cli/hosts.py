@@ -70,6 +70,11 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
     help="Hosts to launch, in parallel.",
 )
 @click.option("--max-price", type=float, help="Highest $/hour per host.")
+@click.option(
+    "--max-cost", type=float, metavar="DOLLARS",
+    help="Refuse a rental whose price over its autostop window passes this (default: "
+    "budget.max_cost in the user config).",
+)  # fmt: skip
 @click.option("--region", help="Lambda region (us-east-1) or Vast country code (US).")
 @click.option("--disk", default=0, type=click.IntRange(min=0), help="Least disk, GB.")
 @click.option("--yes", "-y", is_flag=True, help="Launch without asking.")
@@ -85,6 +90,18 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
 @click.option("--image", help="Job image to have on the host (pulled if missing).")
 @click.option("--json", "as_json", is_flag=True, help="With --host: the checks as JSON.")
 @click.option(
+    "--autostop", metavar="DURATION",
+    help="The host ends itself after this long (30m, 2h, 90s) with no gpujob job running and "
+    "no SSH session; it runs on the host, also when this machine is off.",
+)  # fmt: skip
+@click.option("--autostop-stop", is_flag=True,
+              help="With --autostop: stop, not terminate, where the cloud can (Vast).")  # fmt: skip
+@click.option(
+    "--autostop-key-on-host", is_flag=True,
+    help="With --autostop on Lambda: allow your API key on the host (a 0600 file), which "
+    "Lambda needs for the host to end itself.",
+)  # fmt: skip
+@click.option(
     "--bootstrap/--no-bootstrap",
     default=True,
     show_default=True,
@@ -94,9 +111,11 @@ def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
     """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2), wait for SSH, and make them ready:
     GPU and driver, Docker, disk and /dev/shm, the agent, rclone, the job image."""
     from launcher.errors import UsageError
+    from launcher.ops.autostop import window_seconds
     from launcher.ops.hosts import UpOptions, up_static
     from launcher.ops.hosts import up as run_up
 
+    kwargs["autostop_s"] = window_seconds(kwargs.pop("autostop"))
     if host is not None:
         sys.exit(up_static(host, UpOptions(gpu=kwargs.pop("gpu") or "", **kwargs), as_json))
     if not kwargs["gpu"]:
@@ -119,6 +138,6 @@ def down(host: str | None, everything: bool, dry_run: bool, force: bool) -> None
 
     Only instances this state launched are ours; another owner's gpujob instances on the
     same account are listed and left alone, and naming one takes --force."""
-    from launcher.ops.hosts import down as run_down
+    from launcher.ops.down import down as run_down
 
     sys.exit(run_down(host, everything, dry_run, force=force))

@@ -35,6 +35,14 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
     help="With --up: least disk per host, GB (the disk budget is checked against it).",
 )
 @click.option("--max-price", type=float, help="With --up: highest $/hour per host.")
+@click.option(
+    "--max-cost", type=float, metavar="DOLLARS",
+    help="With --up: refuse a rental whose price over max_duration + autostop passes this "
+    "(default: budget.max_cost in the user config).",
+)  # fmt: skip
+@click.option("--autostop-key-on-host", is_flag=True,
+              help="With --up on Lambda and resources.autostop: allow your API key on the "
+              "hosts (a 0600 file), which Lambda needs for a host to end itself.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.ops.submit import SubmitOptions
@@ -59,13 +67,18 @@ def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--limit", default=20, show_default=True, help="How many jobs, newest first.")
 def status(as_json: bool, limit: int) -> None:
-    """Show rented hosts (price, uptime, cost so far) and jobs (state, each node's state,
-    runtime, exit code, last line). --json: {"hosts": [...], "jobs": [...]}."""
+    """Show rented hosts (price, uptime, cost so far, the budget each was rented under) and
+    jobs (state, each node's state, runtime, exit code, last line). --json: {"hosts": [...],
+    "jobs": [...]}; a host past its budget is warned about on stderr."""
     from launcher.cli.textout import table
+    from launcher.ops.autostop import with_autostop
+    from launcher.ops.cost import budget_warnings
     from launcher.ops.status import for_table, status_rows
     from launcher.state.hosts import host_rows
 
-    rows, hosts = status_rows(limit), host_rows()
+    rows, hosts = status_rows(limit), with_autostop(host_rows())
+    for line in budget_warnings(hosts):
+        click.echo(f"gpujob: {line}", err=True)
     if as_json:
         import json
 
@@ -73,8 +86,9 @@ def status(as_json: bool, limit: int) -> None:
         return
     if hosts:
         columns = ("name", "provider", "gpu", "status", "address", "price_per_hour",
-                   "uptime_h", "cost_so_far")  # fmt: skip
-        click.echo(table(hosts, columns) + "\n")
+                   "uptime_h", "cost_so_far", "autostop")  # fmt: skip
+        shown = [dict(h, autostop=h.get("autostop_text")) for h in hosts]
+        click.echo(table(shown, columns) + "\n")
     if not rows:
         click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
         return

@@ -1,4 +1,4 @@
-"""`gpujob up` and `gpujob down`: rent GPU hosts, wait until SSH answers, give them back.
+"""`gpujob up`: rent GPU hosts, wait until SSH answers, make them ready (`down` is down.py).
 
 `up` records each host before its launch call, so nothing it starts can be forgotten: a
 failed or interrupted `up` (Ctrl-C, SIGTERM, SIGHUP: ops.rent) terminates what it made, and
@@ -9,6 +9,7 @@ to stdout. rich is imported inside the functions that draw.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import click
 
 from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
-from launcher.errors import ExitCode, GpujobError, UsageError
+from launcher.errors import ExitCode, UsageError
 from launcher.ops.interrupts import cleaning
 from launcher.ops.reconcile import Reconciliation, reconcile, record
 from launcher.ops.rent import Rent, renting, settle
@@ -57,6 +58,16 @@ class UpOptions:
     image: str | None = None
     bootstrap: bool = True
     filesystem: str | None = None
+    max_cost: float | None = None
+    """The budget (`--max-cost`); None reads the user config's `budget.max_cost`."""
+    max_duration_s: float | None = None
+    """The job's time limit (`submit --up`): with the autostop window, the rental's bound."""
+    autostop_s: float | None = None
+    """The autostop window in seconds (`up --autostop`, a spec's resources.autostop)."""
+    autostop_stop: bool = False
+    """Autostop stops the host where the cloud can (`--autostop-stop`, `down: false`)."""
+    autostop_key_on_host: bool = False
+    """The user's opt-in to their Lambda key in a 0600 file on the host (ops.autostop)."""
 
 
 def say(text: str) -> None:
@@ -88,7 +99,7 @@ def _up(options: UpOptions, rent: Rent) -> int:
         from launcher.ops.before_rent import check_registry
 
         check_registry(options.image, say)
-    provider, request, offers, db = _offers(options)
+    provider, request, offers, db, share = _offers(options)
     if options.dry_run:
         say(
             f"dry run: would launch {options.count} x {offers[0].instance_type} in "
@@ -98,7 +109,7 @@ def _up(options: UpOptions, rent: Rent) -> int:
     if not options.yes:
         click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
                       f"${offers[0].price_per_hour:.2f}/h each?", abort=True, err=True)  # fmt: skip
-    made = _launch_all(provider, request, options, public_key(), db, rent)
+    made = _launch_all(provider, request, options, public_key(), db, rent, share)
     for inst in made:
         click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
                    f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
@@ -110,17 +121,31 @@ def launch_hosts(options: UpOptions) -> list[Instance]:
     """`up` for `submit --up`, inside its `rent.renting()`: the offers are shown, nothing is
     asked (the submit is the request) and the running hosts are returned, still the rent's
     until the job starts; a dry run launches none."""
-    provider, request, _, db = _offers(options)
+    provider, request, _, db, share = _offers(options)
     if options.dry_run:
         return []
-    return _launch_all(provider, request, options, public_key(), db, current_rent())
+    return _launch_all(provider, request, options, public_key(), db, current_rent(), share)
 
 
-def _offers(options: UpOptions) -> tuple[Provider, GpuRequest, list[Offer], HostsDB]:
+def _offers(
+    options: UpOptions,
+) -> tuple[Provider, GpuRequest, list[Offer], HostsDB, float | None]:
+    """The offers, cheapest first, once the budget allows the cheapest; the request comes
+    back capped so a launch falling back to a dearer offer stays within the budget, with
+    each host's share of the budget (None without one)."""
+    from launcher.ops.cost import budget_for, clear_cost, rental_bound, require_bound
+
     request = parse_gpu_request(options.gpu, min_disk_gb=options.disk,
                                 max_price=options.max_price, region=options.region)  # fmt: skip
     if options.count < 1:
         raise UsageError("--count must be at least 1")
+    budget = budget_for(options.max_cost)
+    bound = rental_bound(options.max_duration_s, options.autostop_s)
+    require_bound(budget, bound)  # before any cloud call
+    from launcher.ops.autostop import announce, check_autostop
+
+    check_autostop(options)  # before any cloud call too
+    announce(options, say)
     from launcher.providers.registry import get_provider
 
     provider = get_provider(options.provider)
@@ -129,20 +154,27 @@ def _offers(options: UpOptions) -> tuple[Provider, GpuRequest, list[Offer], Host
             raise UsageError(f"--filesystem is for Lambda; {provider.name} has none",
                              "leave it out, or use --provider lambda")  # fmt: skip
         provider.use_filesystem(options.filesystem)
-    db = _hosts_db(options.dry_run)
-    _reconciled(provider, db, options.dry_run)
+    db = hosts_db(options.dry_run)
+    reconciled(provider, db, options.dry_run)
     offers = provider.offers(request)
     if not offers:
         raise no_offers(provider.name, request)
     offers_table(offers)
-    return provider, request, offers, db
+    cost = clear_cost(budget, options.count, offers[0].price_per_hour, bound)
+    if cost.line:
+        say(cost.line)
+    if cost.max_price is not None:
+        cap = min(cost.max_price, request.max_price or cost.max_price)
+        request = dataclasses.replace(request, max_price=cap)
+    return provider, request, offers, db, cost.share
 
 
 def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
-                db: HostsDB, rent: Rent) -> list[Instance]:  # fmt: skip
+                db: HostsDB, rent: Rent, share: float | None = None) -> list[Instance]:  # fmt: skip
     """Launch `count` hosts, one purchase at a time (Vast: search again after each; Lambda:
     one launch per 12 s), and wait for them together. All or nothing: at the first failure
-    or signal `rent` terminates what was launched, then the workers stop at their next wait."""
+    or signal `rent` terminates what was launched, then the workers stop at their next wait.
+    `share`: each host's share of the budget, recorded for `status`."""
     from concurrent.futures import FIRST_EXCEPTION, Future, wait
 
     from rich.console import Console
@@ -150,7 +182,7 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
 
     from launcher.providers.reach import wait_for_ssh
 
-    rent.bind(provider, db, _end_connection)
+    rent.bind(provider, db, end_connection)
     names = [instance_name(request.gpu.name) for _ in range(options.count)]
     deadline = time.monotonic() + options.timeout
     buying = threading.Lock()
@@ -179,6 +211,8 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
             show(f"{name}: launching on {provider.name}", task)
             return launch_cheapest(provider, request, name, key)
 
+        if share is not None:
+            db.set_budget(name, share)
         with buying:
             inst = rent.launch(name, request.label, buy)
         show(f"{name}: {provider.name} {inst.id} booting", task)
@@ -189,6 +223,9 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
         if options.bootstrap:
             show(f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}", task)
             bootstrap_instance(provider, inst, options, report)
+            from launcher.ops.autostop import record
+
+            record(db, provider, inst, options)  # its watcher runs: `status` shows it
         rent.update(name, inst, "running")
         show(f"{name}: ready at {inst.ip}:{inst.ssh_port}", task)
         return inst
@@ -229,12 +266,15 @@ def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
     """Log in with the key registered at launch and make the host ready. The first contact
     pins the host's key for this instance: an address that served an earlier machine is
     met as the new one it is (remote.hostkeys), and a later change is refused."""
+    from launcher.ops.autostop import setup_for
     from launcher.providers.ssh import connect, instance_entry
 
     conn = connect(instance_entry(inst))
     try:
         runtime = getattr(provider, "runtime", "docker")
-        return bootstrap(conn, inst.name, host_profile(runtime, options), report)
+        profile = host_profile(runtime, options)
+        profile = dataclasses.replace(profile, autostop=setup_for(provider, inst, options))
+        return bootstrap(conn, inst.name, profile, report)
     finally:
         conn.close()
 
@@ -242,9 +282,11 @@ def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
 def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
     """`gpujob up --host NAME|user@addr[:port]`: a machine the user already has; nothing is
     rented, the host is only made ready (and checked again on every call)."""
+    from launcher.ops.autostop import refuse_on_static_host
     from launcher.providers.registry import runtime_of
     from launcher.providers.ssh import connect, resolve_host
 
+    refuse_on_static_host(options)
     entry = resolve_host(host)
     rented = HostsView().host(entry.name)  # a lookup: never creates the db
     profile = host_profile(runtime_of(rented.provider) if rented else "docker", options)
@@ -275,62 +317,12 @@ def bootstrap_json(done: Bootstrapped) -> str:
                        "facts": done.found.as_json()}, indent=2)  # fmt: skip
 
 
-def down(reference: str | None, everything: bool, dry_run: bool, timeout: float = 300.0,
-         force: bool = False) -> int:  # fmt: skip
-    """Terminate one host (name, name without the tag, or instance id) or every host of ours,
-    then read each back until the cloud says it is going or gone. Another owner's instances
-    are listed and left alone; naming one is refused unless `force`. A dry run reads the
-    clouds and the db, changes neither, and prints what it would do, in order."""
-    from launcher.ops.reconcile import named, not_ours
-    from launcher.ops.status import cancel_first
-    from launcher.providers.registry import configured, get_provider
-
-    if bool(reference) == everything:
-        raise UsageError("name one HOST or pass --all", "see `gpujob down --help`")
-    if force and everything:
-        raise UsageError("--force goes with one HOST, never --all",
-                         "another owner's instance is taken only by name")  # fmt: skip
-    db = _hosts_db(dry_run)
-    clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
-    targets: list[tuple[Provider, Instance]] = []
-    for cloud in clouds:
-        provider = get_provider(cloud)
-        found = _reconciled(provider, db, dry_run, foreign=everything)
-        mine = [i for i in found.ours if everything or named(i, str(reference))]
-        theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
-        if theirs and not force:
-            raise not_ours(theirs[0])
-        targets += [(provider, inst) for inst in mine + theirs]
-    if not targets:
-        if reference:
-            raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
-        say("no gpujob hosts of ours are running")
-        return ExitCode.OK
-    stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
-    if dry_run:
-        for line in stop.lines():
-            click.echo(line)
-        for provider, inst in targets:
-            click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status}):"
-                       f" {provider.name}.terminate({inst.id!r}), describe() until terminating,"
-                       " its row marked terminated, its SSH connection ended, its pinned"
-                       " host keys dropped")  # fmt: skip
-        return ExitCode.OK
-    stop.run()
-    with ThreadPoolExecutor(min(8, len(targets))) as pool:
-        results = list(pool.map(lambda t: _terminate(*t, db, timeout), targets))
-    failures = [r for r in results if r]
-    for line in failures:
-        say(line)
-    return ExitCode.FAILURE if failures else ExitCode.OK
-
-
-def _hosts_db(dry_run: bool) -> HostsDB:
+def hosts_db(dry_run: bool) -> HostsDB:
     """The hosts db to record in, or for a dry run a read-only view (creates nothing)."""
     return HostsView() if dry_run else HostsDB()
 
 
-def _reconciled(provider: Provider, db: HostsDB, dry_run: bool,
+def reconciled(provider: Provider, db: HostsDB, dry_run: bool,
                 foreign: bool = True) -> Reconciliation:  # fmt: skip
     """The db squared with the cloud's tags; a dry run says what it would change. With
     `foreign`, another owner's instances are listed as left alone."""
@@ -342,27 +334,7 @@ def _reconciled(provider: Provider, db: HostsDB, dry_run: bool,
     return found
 
 
-def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:
-    """Terminate and confirm; the failure as one line, or None."""
-    from launcher.providers.base import poll_interval
-
-    try:
-        provider.terminate(inst.id)
-        deadline = time.monotonic() + timeout
-        while (now := provider.describe(inst.id)).status not in ("terminated", "terminating"):
-            if time.monotonic() > deadline:
-                return f"{inst.name} ({inst.id}) is still {now.status} after terminate"
-            time.sleep(poll_interval())
-    except GpujobError as error:
-        return f"could not terminate {inst.name} ({inst.id}): {error.one_line()}"
-    if db.host(inst.name) is not None:
-        db.update(inst.name, status="terminated")
-    _end_connection(inst)
-    click.echo(f"terminated {inst.name} ({provider.name} {inst.id}): {now.status}")
-    return None
-
-
-def _end_connection(inst: Instance) -> None:
+def end_connection(inst: Instance) -> None:
     """End gpujob's master SSH connection to a host that is gone (it would wait out its
     keepalives otherwise) and drop its pinned keys: its address will serve another machine."""
     from launcher.paths import known_hosts_file

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.agent.states import TERMINAL, WORST_FIRST
+from launcher.agent.states import TERMINAL, TIMED_OUT, WORST_FIRST
 from launcher.errors import GpujobError
 from launcher.ops import say
 from launcher.ops.jobs import close_all, job_connections, job_or_fail
@@ -31,6 +31,7 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
         state, code, last = job.state, job.exit_code, job.last_line
         nodes: list[dict[str, Any]] = [{"rank": rank, "state": state}
                                        for rank in range(len(job.node_dirs))]  # fmt: skip
+        statuses = None
         if not job.terminal:
             statuses = _node_statuses(job)
             if statuses is None:
@@ -45,23 +46,30 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
                 "id": job.id, "name": job.name, "state": state, "exit_code": code,
                 "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
                 "runtime_s": round(runtime_s, 1), "last_line": last or "",
-                "warning": _care_warning(job), "node_states": nodes,
+                "warning": _care_warning(job, statuses), "node_states": nodes,
             }
         )  # fmt: skip
     return rows
 
 
-def _care_warning(job: JobRecord) -> str:
-    """The agent's disk warning or the reason it stopped the job (checkpoint care)."""
-    if job.provider != "local":
-        return ""
-    from pathlib import Path
+def _care_warning(job: JobRecord, statuses: list[dict[str, Any]] | None = None) -> str:
+    """The agent's disk or GPU-idle warning, or the reason it stopped the job (checkpoint
+    care, the idle policy), from the statuses just read, else (a local job) from its status
+    files. A timed-out job says so in its last line."""
+    if statuses is None:
+        if job.provider != "local":
+            return ""
+        from pathlib import Path
 
-    from launcher.agent.agent import status_of
+        from launcher.agent.agent import status_of
 
-    for node_dir in job.node_dirs:
-        status = status_of(Path(node_dir))
-        text = status.get("stopped_reason") or (status.get("disk") or {}).get("warning")
+        statuses = [status_of(Path(node_dir)) for node_dir in job.node_dirs]
+    for status in statuses:
+        text = (
+            status.get("stopped_reason")
+            or (status.get("disk") or {}).get("warning")
+            or (status.get("gpu_idle") or {}).get("warning")
+        )
         if text:
             return str(text)
     return ""
@@ -120,8 +128,8 @@ def _record(
         if state in states:
             node = next(s for s in statuses if s.get("state") == state)
             code = node.get("exit_code")
-            last = node.get("last_line")
-            if state in ("lost", "failed", "cancelled") or set(states) == {"succeeded"}:
+            last = node.get("reason") if state == TIMED_OUT else node.get("last_line")
+            if state in ("lost", TIMED_OUT, "failed", "cancelled") or set(states) == {"succeeded"}:
                 code = code if code is not None else (0 if state == "succeeded" else 1)
                 db.update_job(job.id, state, exit_code=code, last_line=last)
             return state, code, last

@@ -34,6 +34,8 @@ class SubmitOptions:
     allow_cpu: bool = False
     disk: int = 0
     max_price: float | None = None
+    max_cost: float | None = None
+    autostop_key_on_host: bool = False
 
 
 def new_job_id(name: str) -> str:
@@ -41,6 +43,9 @@ def new_job_id(name: str) -> str:
 
 
 def submit(options: SubmitOptions) -> int:
+    if options.max_cost is not None and not options.up:
+        raise UsageError("--max-cost goes with --up (a rental's budget)",
+                         "add --up GPU, or leave --max-cost out")  # fmt: skip
     if options.up and not options.dry_run:
         # Every way out before the job has started (an error, a refusal, Ctrl-C, SIGTERM,
         # SIGHUP) terminates what --up rented; the job's start hands the hosts over.
@@ -191,10 +196,15 @@ def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[A
     from launcher.plan.placement import image_reference
     from launcher.providers.ssh import HostEntry, instance_entry
 
+    autostop = spec.resources.autostop
     request = UpOptions(gpu=options.up or "", provider=options.provider, count=spec.nodes,
                         yes=True, dry_run=options.dry_run, allow_cpu=options.allow_cpu,
                         image=image_reference(spec.image, image), disk=options.disk,
-                        max_price=options.max_price)  # fmt: skip
+                        max_price=options.max_price, max_cost=options.max_cost,
+                        max_duration_s=spec.max_duration,
+                        autostop_s=autostop.idle_minutes * 60 if autostop else None,
+                        autostop_stop=bool(autostop and not autostop.down),
+                        autostop_key_on_host=options.autostop_key_on_host)  # fmt: skip
     if options.provider == "vast" and request.image:
         os.environ.setdefault("GPUJOB_VAST_IMAGE", request.image)  # the instance IS the image
     instances = launch_hosts(request)

@@ -23,6 +23,7 @@ from launcher.plan.launch import (
     USER_RUN_FILE,
     NodeContext,
     hostfile,
+    node_env,
     run_script,
     user_run_file,
 )
@@ -41,6 +42,7 @@ from launcher.plan.node_files import (
     SECRETS_ENV,
     agent_config,
     checkpoint_care,
+    job_limits,
     logs_path,
     secrets_file,
 )
@@ -134,6 +136,7 @@ def build_plan(
         checks=reach_checks(spec, target),
         image_ref=target.image_ref if target.runtime == "docker" else None,
         logs_to=logs_path(sync.rclone_path, job_id) if sync else None,
+        limits=job_limits(spec, sync),
     )
 
 
@@ -234,7 +237,7 @@ def _node_plan(
             grace_s=GRACE_S,
             env_file=f"{node_dir}/{SECRETS_ENV}" if secrets else None,
         )
-    care = checkpoint_care(spec, job_dir, sync, job_id) if first_on_host else None
+    care = checkpoint_care(spec, job_dir, sync, job_id, node_env(node)) if first_on_host else None
     if care and sync and sync.env:
         steps.append(
             WriteFile(
@@ -289,6 +292,8 @@ def _workdir_steps(target: Target, sources: Sources, path: str) -> list[Step]:
 
 
 def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> RunCommand:
+    """venv and pip write to stderr (`>&2`): streamed as they come, and a failure's last
+    lines name its cause (venv's `ensurepip is not available` may come on stdout)."""
     env = shlex.quote(_env_dir(target, image))
     script = "\n".join(
         [
@@ -301,13 +306,16 @@ def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> Run
             'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
             'echo "[gpujob] creating the job environment $env (first use of these pins)" >&2',
             'rm -rf "$env"',
-            f'{shlex.quote(target.python)} -m venv "$env"',
-            '"$env/bin/python" -m pip install --quiet --quiet --disable-pip-version-check '
-            f"--no-input -r {shlex.quote(requirements)}",
+            f'{shlex.quote(target.python)} -m venv "$env" >&2',
+            '"$env/bin/python" -m pip install --quiet --disable-pip-version-check '
+            f"--no-input -r {shlex.quote(requirements)} >&2",
             'touch "$env/.gpujob-ready"',
         ]
     )
     return RunCommand(
         argv=("bash", "-c", script),
-        why=f"make the job environment from images/{image.name}.yaml (once per pin set)",
+        why=f"make the job environment from images/{image.name}.yaml",
+        hint=f"the host's pip must find the pins of images/{image.name}.yaml (an index or a "
+        "wheelhouse its pip.conf names) and its Python needs venv (python3-venv); the job "
+        "environment is made once per pin set",
     )

@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from launcher.plan import docker
-from launcher.plan.model import Step, Target, WriteFile
+from launcher.plan.model import JobLimits, Step, Target, WriteFile
 from launcher.spec.job import JobSpec
 
 if TYPE_CHECKING:
@@ -26,9 +26,15 @@ def logs_path(sync_path: str, job_id: str) -> str:
 
 
 def checkpoint_care(
-    spec: JobSpec, job_dir: str, sync: CheckpointSync | None, job_id: str
+    spec: JobSpec,
+    job_dir: str,
+    sync: CheckpointSync | None,
+    job_id: str,
+    job_env: dict[str, str] | None = None,
 ) -> dict[str, object]:
-    """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py)."""
+    """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py). Hooks
+    get `job_env`, the node's own variables (GPUJOB_CHECKPOINT_DIR, the spec's envs...), as
+    the job's processes do."""
     ckpt = spec.checkpoints
     return {
         "logs_to": logs_path(sync.rclone_path, job_id) if sync else None,
@@ -38,9 +44,24 @@ def checkpoint_care(
         "sync_to": sync.rclone_path if sync else None,
         "sync_remote": ckpt.sync_to,
         "on_checkpoint": ckpt.on_checkpoint,
+        "complete_when": ckpt.complete_when,
+        "hook_env": job_env or {},
         "workdir": f"{job_dir}/workdir",
         "storage_env_file": "storage.json" if sync and sync.env else None,
     }
+
+
+def job_limits(spec: JobSpec, sync: CheckpointSync | None) -> JobLimits | None:
+    """`max_duration` and `resources.idle_gpu` as the plan shows them and the agents keep them."""
+    idle = spec.resources.idle_gpu
+    if spec.max_duration is None and idle is None:
+        return None
+    return JobLimits(
+        max_duration_s=spec.max_duration,
+        grace_s=GRACE_S,
+        idle_gpu=idle.model_dump() if idle else None,
+        sync_to=spec.checkpoints.sync_to if sync else None,
+    )
 
 
 def secrets_file(target: Target, node_dir: str, secrets: dict[str, str]) -> Step | None:
@@ -81,4 +102,8 @@ def agent_config(
     }
     if care:
         config["checkpoints"] = care
+    if spec.max_duration is not None:
+        config["max_duration_s"] = spec.max_duration
+    if spec.resources.idle_gpu is not None:
+        config["idle_gpu"] = spec.resources.idle_gpu.model_dump()
     return json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -138,6 +138,28 @@ class Instance:
 STATUSES = ("booting", "running", "failed", "terminating", "terminated")
 
 
+@dataclass(frozen=True)
+class AutostopCall:
+    """The call a host makes to end itself (launcher/agent/autostop.py, on the host): the
+    API as the host reaches it, which instance, and whose key."""
+
+    provider: str
+    api_url: str
+    instance_id: str
+    action: str
+    """`terminate`, or `stop` where the cloud can stop an instance (Vast)."""
+    key: str | None = field(default=None, repr=False)
+    """The user's key, for a 0600 file on the host (Lambda has no key scoped to one
+    instance); None where the host holds a key for itself (Vast's CONTAINER_API_KEY)."""
+
+
+def host_api_url(variable: str, url: str) -> str:
+    """The API as a host reaches it: the same URL as from here, unless `variable` says
+    otherwise (the lab's fakes listen on this machine's loopback, hosts reach them on the
+    lab bridge)."""
+    return (os.environ.get(variable) or url).rstrip("/")
+
+
 class ProviderError(GpujobError):
     """The cloud said no, or said something we cannot read; the message is the cloud's own."""
 
@@ -176,6 +198,10 @@ class Provider(Protocol):
 
     def list(self) -> list[Instance]:
         """Only instances carrying gpujob's tag, in any state but gone."""
+        ...
+
+    def autostop_call(self, instance_id: str, down: bool) -> AutostopCall:
+        """How the host ends itself: terminated (`down`) or stopped where the cloud can."""
         ...
 
 

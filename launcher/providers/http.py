@@ -77,7 +77,9 @@ def bearer_client(
     key = key or os.environ.get(key_variable)
     if not key:
         raise UsageError(f"{key_variable} is not set", f"create one at {key_page}")
-    return ApiClient(cloud, url, {"Authorization": f"Bearer {key}"}, describe_error)
+    client = ApiClient(cloud, url, {"Authorization": f"Bearer {key}"}, describe_error)
+    client.key = key
+    return client
 
 
 class ApiClient:
@@ -96,6 +98,8 @@ class ApiClient:
         self.session = requests.Session()
         self.session.headers.update(headers)
         self.describe_error = describe_error
+        self.key: str | None = None
+        """The bearer key, for what must carry it elsewhere (Lambda's autostop key file)."""
 
     def call(
         self,

@@ -19,11 +19,13 @@ from typing import Any
 from launcher.errors import UsageError
 from launcher.providers.base import (
     TAG,
+    AutostopCall,
     CapacityError,
     GpuRequest,
     Instance,
     Offer,
     ProviderError,
+    host_api_url,
     owner_in_name,
     poll_until_running,
 )
@@ -54,11 +56,14 @@ class LambdaCloud:
     name = "lambda"
     runtime = "docker"  # a VM with Docker and the NVIDIA runtime (Lambda Stack)
     ssh_user = "ubuntu"
+    can_stop = False  # launch, restart, terminate: no stop (§0)
+    autostop_key = "user"  # no key scoped to one instance: autostop needs the user's on the host
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:
         from launcher.providers.http import bearer_client
 
         url = base_url or os.environ.get("GPUJOB_LAMBDA_API_URL") or DEFAULT_URL
+        self.host_api_url = host_api_url("GPUJOB_LAMBDA_HOST_API_URL", url)
         self.api = bearer_client(
             self.name,
             api_key,
@@ -211,3 +216,8 @@ class LambdaCloud:
     def list(self) -> list[Instance]:
         found = [self._instance(raw) for raw in self._data("GET", "/instances", list)]
         return [i for i in found if i.name.startswith(TAG) and i.status != "terminated"]
+
+    def autostop_call(self, instance_id: str, down: bool) -> AutostopCall:
+        """Terminate, whatever `down` says (Lambda cannot stop), with the user's own key."""
+        return AutostopCall(self.name, self.host_api_url, instance_id, "terminate",
+                            key=self.api.key)  # fmt: skip

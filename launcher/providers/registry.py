@@ -31,9 +31,15 @@ def configured() -> list[str]:
 
 def runtime_of(name: str) -> str:
     """How jobs run on a cloud's hosts ("docker" or "bare"), without an API key."""
+    return str(trait(name, "runtime", "docker"))
+
+
+def trait(name: str, attribute: str, default: object) -> object:
+    """A cloud's class attribute (runtime, can_stop, ...), read without an API key: what
+    `up` may refuse before the first cloud call."""
     import importlib
 
     if name not in CLOUDS:
-        return "docker"
+        return default
     module, cls, _ = CLOUDS[name]
-    return str(getattr(getattr(importlib.import_module(module), cls), "runtime", "docker"))
+    return getattr(getattr(importlib.import_module(module), cls), attribute, default)

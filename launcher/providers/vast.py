@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.providers.base import (
     TAG,
+    AutostopCall,
     CapacityError,
     Instance,
     Offer,
     ProviderError,
+    host_api_url,
     owner_in_name,
     poll_until_running,
 )
@@ -56,6 +58,8 @@ class Vast:
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
     ssh_user = "root"
+    can_stop = True  # PUT state stopped: the GPU is freed, the disk still bills (§5)
+    autostop_key = "instance"  # CONTAINER_API_KEY: start, stop or destroy this instance only
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:
         from launcher.providers.http import bearer_client
@@ -70,6 +74,7 @@ class Vast:
             _describe_error,
         )
         self.v1_list = url.rsplit("/api/v0", 1)[0] + "/api/v1/instances/"
+        self.host_api_url = host_api_url("GPUJOB_VAST_HOST_API_URL", url)
         self.image = os.environ.get("GPUJOB_VAST_IMAGE", DEFAULT_IMAGE)
 
     def _call(self, method: str, path: str, expected_key: str | None, **kwargs: Any) -> Any:
@@ -222,6 +227,12 @@ class Vast:
             if not token:
                 break
         return [i for i in found if i.name.startswith(TAG)]
+
+    def autostop_call(self, instance_id: str, down: bool) -> AutostopCall:
+        """Destroy, or stop; with the instance's own key, which Vast put in its environment
+        (§3.3, §7.1): the user's never goes to the host."""
+        return AutostopCall(self.name, self.host_api_url, instance_id,
+                            "terminate" if down else "stop")  # fmt: skip
 
 
 def _ssh_address(raw: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -37,6 +37,16 @@ CREATE TABLE IF NOT EXISTS hosts (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS host_budgets (
+    name TEXT PRIMARY KEY,
+    max_cost REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS host_autostop (
+    name TEXT PRIMARY KEY,
+    idle_s REAL NOT NULL,
+    action TEXT NOT NULL,
+    since REAL NOT NULL
+);
 """
 LIVE = ("launching", "booting", "running")
 
@@ -100,6 +110,34 @@ class HostsDB:
                     (status, time.time(), name),
                 )
 
+    def set_budget(self, name: str, max_cost: float) -> None:
+        """The host's share of the budget (`--max-cost`) it is rented under, for `status`."""
+        with self._connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO host_budgets (name, max_cost) VALUES (?,?)",
+                         (name, max_cost))  # fmt: skip
+
+    def budgets(self) -> dict[str, float]:
+        with self._connect() as conn:
+            try:
+                return dict(conn.execute("SELECT name, max_cost FROM host_budgets").fetchall())
+            except sqlite3.OperationalError:  # a read-only view of a db older than the table
+                return {}
+
+    def set_autostop(self, name: str, idle_s: float, action: str) -> None:
+        """The host's watcher runs (since now): its window and what it does at the end."""
+        with self._connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO host_autostop (name, idle_s, action, since)"
+                         " VALUES (?,?,?,?)", (name, idle_s, action, time.time()))  # fmt: skip
+
+    def autostops(self) -> dict[str, dict[str, object]]:
+        with self._connect() as conn:
+            try:
+                rows = conn.execute("SELECT name, idle_s, action, since FROM host_autostop")
+                return {name: {"idle_s": idle_s, "action": action, "since": since}
+                        for name, idle_s, action, since in rows.fetchall()}  # fmt: skip
+            except sqlite3.OperationalError:  # a read-only view of a db older than the table
+                return {}
+
     def hosts(self, provider: str | None = None, live_only: bool = True) -> list[HostRecord]:
         query = "SELECT * FROM hosts WHERE (? IS NULL OR provider = ?)"
         if live_only:
@@ -124,23 +162,32 @@ class HostsDB:
 
 def host_rows(db: HostsDB | None = None) -> list[dict[str, object]]:
     """Live rented hosts of ours for `gpujob status`: what each costs per hour and has cost
-    so far (from the launch time recorded, at the price the cloud quoted). A row whose name
+    so far (from the launch time recorded, at the price the cloud quoted) and its share of
+    the budget it was rented under (`max_cost`, None without one), and its autostop window
+    (`autostop`: idle_s, action, since; None without one). A row whose name
     carries another owner's id (a state dir whose owner file was replaced) is not ours."""
     from launcher.state.owner import is_ours, owner_in_name, read_owner
 
     now = time.time()
     rows = []
     mine = read_owner()
-    for host in (db or HostsDB()).hosts():
+    db = db or HostsDB()
+    budgets = db.budgets()
+    autostops = db.autostops()
+    for host in db.hosts():
         if is_ours(owner_in_name(host.name), mine) is False:
             continue
         hours = max(0.0, now - host.created_at) / 3600
         price = host.price_per_hour
+        cost = None if price is None else round(price * hours, 2)
+        budget = budgets.get(host.name)
         rows.append({
             "name": host.name, "provider": host.provider, "instance_id": host.instance_id,
             "gpu": host.gpu, "status": host.status,
             "address": f"{host.ssh_user}@{host.ip}:{host.ssh_port}" if host.ip else None,
             "price_per_hour": price, "uptime_h": round(hours, 2),
-            "cost_so_far": None if price is None else round(price * hours, 2),
+            "cost_so_far": cost, "max_cost": budget,
+            "over_budget": budget is not None and cost is not None and cost > budget,
+            "autostop": autostops.get(host.name),
         })  # fmt: skip
     return rows

@@ -63,3 +63,15 @@ def test_a_save_without_the_marker_is_adopted_when_it_is_complete_by_its_format(
         "written_by": "agent",
     }
     assert not (ckpt / "checkpoint-20" / ".gpujob-complete").exists()
+
+
+def test_hooks_run_with_the_jobs_own_variables(agent_job, tmp_path):
+    """job.json's `hook_env` (the node's variables, as the plan writes them: see
+    tests/unit/test_plan.py) reaches every hook, beside its checkpoint's own."""
+    hook_env = {"GPUJOB_CHECKPOINT_DIR": str(tmp_path / "ckpts"), "EVAL_SET": "dev"}
+    ckpt = tmp_path / "ckpts"
+    hook = 'echo "hook sees $GPUJOB_CHECKPOINT_DIR $EVAL_SET $GPUJOB_CHECKPOINT_STEP"'
+    job = agent_job(ckpt, ["--saves", "1", "--size", "1", "--every", "0.2"], keep_last=1,
+                    on_checkpoint=hook, hook_env=hook_env)  # fmt: skip
+    assert job.start().wait(timeout=120)["state"] == "succeeded", job.log
+    assert f"hook sees {hook_env['GPUJOB_CHECKPOINT_DIR']} dev 10" in job.log

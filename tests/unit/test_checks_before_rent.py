@@ -5,27 +5,16 @@ thread; the fakes' own request logs say which calls were made."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clouds import calls, lambda_instances, point_at, vast_instances
+from clouds import calls, lambda_instances, vast_instances
 
-from infra.fakes import RunningFake, serve_lambda, serve_vast
-from infra.fakes.null_backend import NullBackend
+from infra.fakes import RunningFake
 
 RENTING = {"lambda": "launch", "vast": "create_instance"}
-
-
-@pytest.fixture
-def clouds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-           state_dir: Path) -> Iterator[dict[str, RunningFake]]:  # fmt: skip
-    lam, vast = serve_lambda(NullBackend()), serve_vast(NullBackend())
-    point_at(monkeypatch, tmp_path, lam=lam, vast=vast)
-    yield {"lambda": lam, "vast": vast}
-    lam.stop()
-    vast.stop()
 
 
 def job(tmp_path: Path, extra: str = "", image: str = "host") -> Path:

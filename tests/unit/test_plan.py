@@ -285,3 +285,11 @@ def test_a_batch_that_does_not_divide_shows_the_division_the_silent_loss_and_bot
     assert "32 / (world_size 3 x batch.micro_batch 4) = 2.67" in message
     assert "shell arithmetic would take 2 and train on 24 per step" in message
     assert "use a global_batch of 24 or 36, or a world size of 1, 2, 4, 8" in message
+
+
+def test_the_checkpoint_hooks_get_the_nodes_own_variables() -> None:
+    spec = spec_of(envs={"EVAL_SET": "dev"}, checkpoints={"on_checkpoint": "true"})
+    node = plan_of(spec, job_id="j").nodes[0]
+    hook_env = json.loads(written(node, "job.json").content)["checkpoints"]["hook_env"]
+    assert hook_env["GPUJOB_CHECKPOINT_DIR"] == "/jobs/j/checkpoints"
+    assert hook_env["EVAL_SET"] == "dev" and hook_env["GPUJOB_NODE_RANK"] == "0"

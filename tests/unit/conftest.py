@@ -1,0 +1,23 @@
+"""Fixtures the unit tests share: both cloud fakes served on loopback (no hosts behind them),
+gpujob pointed at them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clouds import point_at
+
+from infra.fakes import RunningFake, serve_lambda, serve_vast
+from infra.fakes.null_backend import NullBackend
+
+
+@pytest.fixture
+def clouds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+           state_dir: Path) -> Iterator[dict[str, RunningFake]]:  # fmt: skip
+    lam, vast = serve_lambda(NullBackend()), serve_vast(NullBackend())
+    point_at(monkeypatch, tmp_path, lam=lam, vast=vast)
+    yield {"lambda": lam, "vast": vast}
+    lam.stop()
+    vast.stop()
