@@ -1,9 +1,10 @@
 """The cost budget: what a rental may cost at most, checked before the launch call, and what
 rented hosts have cost against the budget they were rented under (`gpujob status`).
 
-A rental's bound is its price over the longest it can run: the job's `max_duration` plus
-the autostop window (how long an idle host waits before it ends itself). A budget with no
-bound cannot be kept, so such a rent is refused rather than guessed at. The budget is
+A rental's bound is its price over the longest it can bill: the wait for its hosts to boot
+(`--timeout`), the job's `max_duration`, and the autostop window (how long an idle host waits
+before it ends itself, from the host). Autostop is what ends hosts that outlive the command,
+so a budget without it is refused rather than guessed at. The budget is
 `--max-cost DOLLARS`, else `budget: {max_cost: DOLLARS}` in the user config.
 
 The arithmetic (`clear_cost`, `budget_warnings`) is pure; only `budget_for` reads a file.
@@ -65,11 +66,25 @@ class CostCleared:
     share: float | None = None
 
 
-def rental_bound(max_duration_s: float | None, autostop_s: float | None) -> Bound | None:
-    """The rental's bound, or None when nothing ends it."""
+def rental_bound(
+    boot_s: float | None, max_duration_s: float | None, autostop_s: float | None
+) -> Bound | None:
+    """The longest a rental can bill: the wait for its hosts (`--timeout`: the command ends
+    them if they are not up by then), the job's `max_duration`, then the autostop window,
+    which alone ends hosts that outlive the command; None without autostop."""
+    if not autostop_s:
+        return None
     parts = [(name, float(seconds)) for name, seconds in
-             (("max_duration", max_duration_s), ("autostop", autostop_s)) if seconds]  # fmt: skip
-    return Bound(tuple(parts)) if parts else None
+             (("boot", boot_s), ("max_duration", max_duration_s), ("autostop", autostop_s))
+             if seconds]  # fmt: skip
+    return Bound(tuple(parts))
+
+
+def dollars(amount: float) -> str:
+    """`$1.29`, or `$1.2501` for a price under the cent (Vast's are): the arithmetic shown
+    must add up."""
+    cents = round(amount, 2)
+    return f"${amount:.2f}" if abs(amount - cents) < 1e-9 else f"${amount:.4f}"
 
 
 def cost_text(hosts: int, price_per_hour: float, bound: Bound) -> tuple[float, str]:
@@ -77,16 +92,18 @@ def cost_text(hosts: int, price_per_hour: float, bound: Bound) -> tuple[float, s
     $20.64`."""
     exact = hosts * price_per_hour * bound.seconds / 3600
     total = math.floor(exact * 100 + 0.5 + 1e-9) / 100  # to the cent, half up
-    return total, f"{hosts} x ${price_per_hour:.2f}/h x {bound.text()} = ${total:.2f}"
+    return total, f"{hosts} x {dollars(price_per_hour)}/h x {bound.text()} = ${total:.2f}"
 
 
 def require_bound(budget: Budget | None, bound: Bound | None) -> None:
-    """Before any cloud call: a budget with nothing that ends the rental is refused."""
+    """Before any cloud call: with a budget, something must end the hosts once this command
+    is done with them. `max_duration` ends a job, never its hosts: autostop does."""
     if budget is not None and bound is None:
         raise UsageError(
-            f"{budget.source} ${budget.max_cost:.2f}: nothing ends the rental (no max_duration, "
-            "no autostop), so its cost has no bound",
-            "set --autostop (or resources.autostop in the spec) or the job's max_duration",
+            f"{budget.source} ${budget.max_cost:.2f}: nothing ends the hosts once the command "
+            "is done with them, so their cost has no bound",
+            "set --autostop (or resources.autostop in the spec); max_duration ends the job, "
+            "not its hosts",
         )
 
 
@@ -104,12 +121,13 @@ def clear_cost(
     if total > budget.max_cost:
         raise UsageError(
             f"{budget.source} ${budget.max_cost:.2f}: {said}",
-            f"lower the time limit, or {budget.raise_it}",
+            f"lower the time limit or the autostop window, or {budget.raise_it}",
         )
     share = budget.max_cost / hosts
     return CostCleared(
         f"cost: at most {said}, within {budget.source} ${budget.max_cost:.2f}",
-        max_price=share * 3600 / bound.seconds,
+        # never below the offer just cleared: the sum is rounded to the cent, the cap is not
+        max_price=max(share * 3600 / bound.seconds, price_per_hour),
         share=share,
     )
 

@@ -140,7 +140,7 @@ def _offers(
     if options.count < 1:
         raise UsageError("--count must be at least 1")
     budget = budget_for(options.max_cost)
-    bound = rental_bound(options.max_duration_s, options.autostop_s)
+    bound = rental_bound(options.timeout, options.max_duration_s, options.autostop_s)
     require_bound(budget, bound)  # before any cloud call
     from launcher.ops.autostop import announce, check_autostop
 

@@ -23,42 +23,54 @@ FLAG = Budget(10.0, "--max-cost", "raise --max-cost")
 A100 = 1.29  # the Lambda fake's 1x A100, $/hour
 
 
+BOOT = 1200.0  # `--timeout`'s default: the longest a host is waited for before it is ended
+
+
 @pytest.mark.parametrize(("budget", "hosts", "price", "duration", "autostop", "said"), [
-    (FLAG, 2, 1.29, 8 * 3600, None,
-     "--max-cost $10.00: 2 x $1.29/h x 8h (max_duration) = $20.64. lower the time limit, "
-     "or raise --max-cost"),
-    (FLAG, 1, 1.29, 8 * 3600, 1800,
-     "--max-cost $10.00: 1 x $1.29/h x 8.5h (max_duration 8h + autostop 30m) = $10.97"),
-    (FLAG, 1, 2.0, None, 6 * 3600, "--max-cost $10.00: 1 x $2.00/h x 6h (autostop) = $12.00"),
-    (FLAG, 3, 1.0, None, None, "--max-cost $10.00: nothing ends the rental"),
-], ids=["two-hosts", "both-bounds", "autostop-only", "no-bound"])  # fmt: skip
+    (FLAG, 2, 1.29, 8 * 3600, 1800,
+     "--max-cost $10.00: 2 x $1.29/h x 8.83h (boot 20m + max_duration 8h + autostop 30m) = "
+     "$22.79. lower the time limit or the autostop window, or raise --max-cost"),
+    (FLAG, 1, 2.0, None, 6 * 3600,
+     "--max-cost $10.00: 1 x $2.00/h x 6.33h (boot 20m + autostop 6h) = $12.67"),
+    (FLAG, 1, 1.2501, None, 8 * 3600, "1 x $1.2501/h x 8.33h (boot 20m + autostop 8h) = $10.42"),
+    (FLAG, 3, 1.0, 3600, None, "--max-cost $10.00: nothing ends the hosts once the command"),
+], ids=["two-hosts", "autostop-only", "sub-cent-price", "max-duration-is-no-bound"])  # fmt: skip
 def test_a_rental_over_its_budget_is_refused_with_the_arithmetic(
     budget: Budget, hosts: int, price: float, duration: float | None, autostop: float | None,
     said: str,
 ) -> None:  # fmt: skip
     with pytest.raises(UsageError) as refused:
-        clear_cost(budget, hosts, price, rental_bound(duration, autostop))
+        clear_cost(budget, hosts, price, rental_bound(BOOT, duration, autostop))
     assert said in refused.value.one_line()
 
 
-@pytest.mark.parametrize(("budget", "hosts", "duration", "line", "max_price"), [
-    (FLAG, 1, 7 * 3600,
-     "cost: at most 1 x $1.29/h x 7h (max_duration) = $9.03, within --max-cost $10.00", 10 / 7),
-    (FLAG, 2, 3600, "= $2.58, within --max-cost $10.00", 5.0),
-    (None, 2, 3600, "cost: at most 2 x $1.29/h x 1h (max_duration) = $2.58", None),
+@pytest.mark.parametrize(("budget", "hosts", "autostop", "line", "max_price"), [
+    (FLAG, 1, 3600,
+     "cost: at most 1 x $1.29/h x 1.33h (boot 20m + autostop 1h) = $1.72, within --max-cost "
+     "$10.00", 10 / (4 / 3)),
+    (FLAG, 2, 3600, "= $3.44, within --max-cost $10.00", 5 / (4 / 3)),
+    (None, 2, 3600, "cost: at most 2 x $1.29/h x 1.33h (boot 20m + autostop 1h) = $3.44", None),
     (None, 2, None, None, None),
 ], ids=["within", "two-hosts-within", "no-budget", "nothing-to-say"])  # fmt: skip
 def test_a_rental_within_its_budget_says_what_it_costs_at_most(
-    budget: Budget | None, hosts: int, duration: float | None, line: str | None,
+    budget: Budget | None, hosts: int, autostop: float | None, line: str | None,
     max_price: float | None,
 ) -> None:  # fmt: skip
-    cleared = clear_cost(budget, hosts, A100, rental_bound(duration, None))
+    cleared = clear_cost(budget, hosts, A100, rental_bound(BOOT, None, autostop))
     if line is None:
         assert cleared.line is None
     else:
         assert cleared.line is not None and line in cleared.line
     # the highest $/hour a fallback offer may cost and still keep the budget
     assert cleared.max_price == (pytest.approx(max_price) if max_price else None)
+
+
+def test_the_price_cap_never_excludes_the_offer_just_cleared() -> None:
+    """3 x $0.52/h x 1.5h = $2.34 exactly: the budget allows it, and the cap a launch gets
+    must still admit $0.52 (the exact share, 0.5199999..., would not)."""
+    bound = rental_bound(None, None, 1.5 * 3600)
+    cleared = clear_cost(Budget(2.34, "--max-cost", "raise --max-cost"), 3, 0.52, bound)
+    assert cleared.max_price is not None and cleared.max_price >= 0.52
 
 
 @pytest.fixture
@@ -86,12 +98,14 @@ def nothing_launched(fake: RunningFake) -> None:
 def test_submit_up_over_the_budget_is_refused_before_the_launch(
     lam: RunningFake, gpujob: Callable, tmp_path: Path
 ) -> None:
-    spec = job(tmp_path, "nodes: 2\nmax_duration: 8h\n")
-    done = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu", "--max-cost", "10")
+    spec = job(tmp_path, "nodes: 2\nmax_duration: 8h\nresources: {autostop: {idle_minutes: 30}}\n")
+    done = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu", "--max-cost", "10",
+                  "--autostop-key-on-host")  # fmt: skip
     assert done.exit_code == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last == ("gpujob: error: --max-cost $10.00: 2 x $1.29/h x 8h (max_duration) = "
-                    "$20.64. lower the time limit, or raise --max-cost")  # fmt: skip
+    assert last == ("gpujob: error: --max-cost $10.00: 2 x $1.29/h x 8.83h (boot 20m + "
+                    "max_duration 8h + autostop 30m) = $22.79. lower the time limit or the "
+                    "autostop window, or raise --max-cost")  # fmt: skip
     nothing_launched(lam)
 
 
@@ -102,8 +116,8 @@ def test_a_budget_with_nothing_that_ends_the_rental_is_refused_before_any_cloud_
                  ["submit", str(job(tmp_path)), "--up", "a100", "--max-cost", "50"]):  # fmt: skip
         done = gpujob(*argv)
         assert done.exit_code == 2, done.stderr
-        assert "--max-cost $50.00: nothing ends the rental" in done.stderr
-        assert "set --autostop" in done.stderr and "max_duration" in done.stderr
+        assert "--max-cost $50.00: nothing ends the hosts once the command" in done.stderr
+        assert "set --autostop" in done.stderr and "max_duration ends the job" in done.stderr
     assert lam.control.requests() == []  # not even the offers were asked for
 
 
@@ -113,18 +127,20 @@ def test_the_budget_comes_from_the_user_config(
     config = tmp_path / "config" / "config.yaml"
     config.parent.mkdir()
     config.write_text("remotes: {}\nbudget:\n  max_cost: 5\n")
-    spec = job(tmp_path, "max_duration: 8h\n")
-    done = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu")
+    spec = job(tmp_path, "max_duration: 8h\nresources: {autostop: {idle_minutes: 30}}\n")
+    done = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu", "--autostop-key-on-host")
     assert done.exit_code == 2, done.stderr
-    said = (f"budget.max_cost ({config}:3) $5.00: 1 x $1.29/h x 8h (max_duration) = $10.32. "
-            f"lower the time limit, or raise budget.max_cost in {config}")  # fmt: skip
+    said = (f"budget.max_cost ({config}:3) $5.00: 1 x $1.29/h x 8.83h (boot 20m + max_duration "
+            f"8h + autostop 30m) = $11.40. lower the time limit or the autostop window, or "
+            f"raise budget.max_cost in {config}")  # fmt: skip
     assert said in done.stderr
     nothing_launched(lam)
     # --max-cost wins over the config: the dry run shows the cost line and launches nothing
-    dry = gpujob("submit", str(spec), "--up", "a100", "--max-cost", "20", "--dry-run")
+    dry = gpujob("submit", str(spec), "--up", "a100", "--max-cost", "20", "--dry-run",
+                 "--autostop-key-on-host")  # fmt: skip
     assert dry.exit_code == 0, dry.stderr
-    assert ("cost: at most 1 x $1.29/h x 8h (max_duration) = $10.32, within --max-cost "
-            "$20.00") in dry.stderr  # fmt: skip
+    assert ("cost: at most 1 x $1.29/h x 8.83h (boot 20m + max_duration 8h + autostop 30m) = "
+            "$11.40, within --max-cost $20.00") in dry.stderr  # fmt: skip
     nothing_launched(lam)
 
 
@@ -171,11 +187,13 @@ def test_status_warns_about_a_host_past_the_budget_it_was_rented_under(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     from launcher.ops.hosts import UpOptions, up
+    from launcher.state.hosts import HostsDB
 
-    assert up(UpOptions(gpu="a100", count=2, yes=True, bootstrap=False, max_cost=10,
-                        max_duration_s=3600)) == 0  # as `submit --up` asks  # fmt: skip
-    err = capsys.readouterr().err
-    assert "cost: at most 2 x $1.29/h x 1h (max_duration) = $2.58, within --max-cost $10.00" in err
+    assert up(UpOptions(gpu="a100", count=2, yes=True, bootstrap=False)) == 0
+    capsys.readouterr()
+    db = HostsDB()  # as `up --max-cost 10 --autostop ...` records each host's share
+    for host in db.hosts():
+        db.set_budget(host.name, 5.0)
     first = gpujob("status", "--json")
     hosts = json.loads(first.stdout)["hosts"]
     assert [(h["max_cost"], h["over_budget"]) for h in hosts] == [(5.0, False)] * 2
