@@ -10,9 +10,11 @@ and the host agree on one rule. The marker contract:
   its save returned (write the folder under a temporary name, rename it, then the marker), or
   the agent writes it for a save it can prove finished (Hugging Face: `trainer_state.json`
   parses with the folder's step and no `checkpoint-is-incomplete.txt`; DCP: `.metadata`;
-  verl: `latest_checkpointed_iteration.txt` beside the folders has reached its step; the
-  spec's own rule: `checkpoints.complete_when: "step_{step}/DONE"`), once the folder's files
-  stopped changing between two looks.
+  verl: `latest_checkpointed_iteration.txt` beside the folders has reached its step), once
+  the folder's files stopped changing between two looks. The spec's own rule,
+  `checkpoints.complete_when: "step_{step}/DONE"`, replaces those three: with it, only a
+  folder of its name pattern holding its file is adopted (a trainer that names its rule
+  may leave a `trainer_state.json` in a save still being written).
 - The marker is JSON: step, and every file's size, so a copy can be checked against it.
   In S3 the marker is uploaded last: an object prefix without it is not a checkpoint.
 
@@ -104,11 +106,23 @@ def read_marker(path: Path) -> dict[str, Any]:
         return {}
 
 
-def finished_by_format(path: Path, step: int, done_file: str | None = None) -> bool:
-    """A save the agent can prove finished without the program's marker (runtime.md 6.4):
-    `done_file` is the spec's `complete_when` file part (`DONE`, `{step}.done`)."""
-    if done_file is not None and (path / done_file.replace("{step}", str(step))).is_file():
-        return True
+def finished_by_rule(path: Path, rule: str) -> bool:
+    """The spec's `complete_when` (`step_{step}/DONE`): the folder's name fits its folder
+    part, and its file part exists there, `{step}` written as in the folder's name."""
+    folder, _, done_file = rule.partition("/")
+    head, _, tail = folder.partition("{step}")
+    name = path.name
+    digits = name[len(head) : len(name) - len(tail)]
+    if not (name.startswith(head) and name.endswith(tail) and digits.isdigit()):
+        return False
+    return (path / done_file.replace("{step}", digits)).is_file()
+
+
+def finished_by_format(path: Path, step: int, rule: str | None = None) -> bool:
+    """A save the agent can prove finished without the program's marker (runtime.md 6.4);
+    with the spec's `complete_when` rule, that rule alone."""
+    if rule is not None:
+        return finished_by_rule(path, rule)
     if (path / INCOMPLETE_HF).exists():
         return False
     if _verl_step(path.parent) >= step:  # verl writes its tracker once the save returned
@@ -155,12 +169,13 @@ class Adopter:
     can parse while the rest of the save is still being flushed by another rank."""
 
     seen: dict[str, dict[str, int]] = field(default_factory=dict)
-    done_file: str | None = None
+    rule: str | None = None
+    """The spec's `checkpoints.complete_when`, when it gives one."""
 
     def adopt(self, root: Path) -> list[Checkpoint]:
         adopted = []
         for ckpt in scan(root):
-            if ckpt.complete or not finished_by_format(ckpt.path, ckpt.step, self.done_file):
+            if ckpt.complete or not finished_by_format(ckpt.path, ckpt.step, self.rule):
                 self.seen.pop(ckpt.name, None)
                 continue
             now = files_of(ckpt.path)

@@ -174,12 +174,18 @@ def discard(rc: Rclone, remote: str, names: list[str]) -> list[str]:
     return removed
 
 
-def prune_remote(rc: Rclone, remote: str, keep_last: int) -> list[str]:
-    """`keep_last` in the bucket too: complete copies beyond the newest `keep_last`, oldest
-    step first, marker first (a reader never meets a marker over half a folder). The newest
-    complete copy is never removed; folders without a marker are left to `discard`."""
-    ordered = sorted(remote_markers(rc, remote), key=lambda n: ckpt_store.step_of(n) or 0)
-    doomed = ordered[: -max(keep_last, 1)]
+def prune_remote(
+    rc: Rclone, remote: str, keep_last: int, ours: set[str], fresh: set[str]
+) -> list[str]:
+    """`keep_last` in the bucket too, over the copies this push's caller made and verified
+    (`ours`): those beyond the newest `keep_last`, oldest step first, marker first (a reader
+    never meets a marker over half a folder). What else sits under the prefix (an earlier
+    run's checkpoints, maybe of higher steps) is never counted nor deleted: counted, it would
+    make the copy just pushed look old. The newest of ours and any name of the push just
+    made (`fresh`) are never removed; folders without a marker are left to `discard`."""
+    there = [name for name in remote_markers(rc, remote) if name in ours]
+    ordered = sorted(there, key=lambda n: ckpt_store.step_of(n) or 0)
+    doomed = [name for name in ordered[: -max(keep_last, 1)] if name not in fresh]
     for name in doomed:
         where = f"{remote}/{name}"
         rc.run("deletefile", f"{where}/{ckpt_store.MARKER}", what=f"removal of {where}'s marker")

@@ -101,8 +101,7 @@ class Watcher:
         config = self.config
         self.logs = ckpt_logs.LogShipper(config.logs_to, config.job_dir, config.log_every_s,
                                          self.env, self.say)  # fmt: skip
-        if self.config.complete_when:
-            self.adopter.done_file = self.config.complete_when.partition("/")[2]
+        self.adopter.rule = self.config.complete_when
 
     def tick(self) -> None:
         self.logs.ship()
@@ -130,6 +129,8 @@ class Watcher:
         self.tick()
         if self.syncing is not None:
             self.syncing.join()
+        if self.synced and self.config.sync_to:  # a push's own names were spared: not now
+            self._prune_remote(ckpt_sync.Rclone(self.env, log=self.log_fd), set())
         self.logs.ship(final=True)
 
     def _unrecognised(self) -> None:
@@ -141,13 +142,18 @@ class Watcher:
         if not new:
             return
         self.told.update(new)
+        rules = (
+            f"no .gpujob-complete, and not complete by checkpoints.complete_when "
+            f"`{self.config.complete_when}`, the only other rule when it is given"
+            if self.config.complete_when
+            else "no .gpujob-complete, trainer_state.json, DCP .metadata, verl tracker or "
+            "checkpoints.complete_when file"
+        )
         for name in new:
             why = (
                 "is named as no checkpoint (checkpoint-N, step_N, global_step_N)"
                 if name in strays
-                else "is complete by no rule (no .gpujob-complete, trainer_state.json, DCP "
-                ".metadata, verl tracker or checkpoints.complete_when file) while a later "
-                "save exists"
+                else f"is complete by no rule ({rules}) while a later save exists"
             )
             self.say(f"checkpoints: {name}/ {why}: not synced, pruned or hooked; see "
                      "checkpoints.complete_when in the README")  # fmt: skip
@@ -236,7 +242,7 @@ class Watcher:
             )
         if landed:
             self.say(f"synced {', '.join(landed)} to {self.config.sync_to} (verified)")
-            self._prune_remote(rc)
+            self._prune_remote(rc, set(landed))
         self.publish(
             {
                 "sync": {
@@ -246,12 +252,15 @@ class Watcher:
             }
         )
 
-    def _prune_remote(self, rc: ckpt_sync.Rclone) -> None:
-        """`keep_last` holds in the bucket as on the host (never the newest complete copy)."""
+    def _prune_remote(self, rc: ckpt_sync.Rclone, fresh: set[str]) -> None:
+        """`keep_last` holds in the bucket as on the host, over what this watcher pushed and
+        verified (never the newest, never one of `fresh`, the push just made)."""
         if self.config.keep_last is None or not self.config.sync_to:
             return
         try:
-            gone = ckpt_sync.prune_remote(rc, self.config.sync_to, self.config.keep_last)
+            gone = ckpt_sync.prune_remote(
+                rc, self.config.sync_to, self.config.keep_last, set(self.synced), fresh
+            )
         except ckpt_sync.SyncError as err:
             self.say(f"retention in {self.config.sync_to} failed: {err}; tried again next sync")
             return

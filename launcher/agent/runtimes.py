@@ -8,6 +8,7 @@ or the `docker run --detach` line); this module only carries it out.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,7 +66,7 @@ class BareJob:
         finally:
             os.close(log_fd)
         self.pid = self.job.pid
-        signal.signal(signal.SIGTERM, lambda *_: forward(self.job.pid, signal.SIGTERM))  # type: ignore[union-attr]
+        signal.signal(signal.SIGTERM, lambda *_: signal_job(self.job.pid, signal.SIGTERM))  # type: ignore[union-attr]
         return {"pid": self.pid, "peak_rss_bytes": 0}
 
     def wait(self, sample: Sample) -> int:
@@ -180,17 +181,60 @@ def job_for(node_dir: Path, config: dict[str, Any], log: Path) -> BareJob | Cont
 
 
 def stop_tree(pid: int, grace_s: float) -> None:
-    """SIGTERM to the job (torchrun passes it to its workers), SIGCONT to a paused tree so it
-    can act on it, SIGKILL to whatever is left after the grace period."""
+    """SIGTERM to the job's process group, SIGCONT to a paused tree so it can act on it,
+    SIGKILL to the group and whatever else of the tree is left after the grace period.
+
+    The group, not run.sh's pid alone: a shell block's bash, DeepSpeed's runner and
+    accelerate's single process die of a TERM without passing it on, and their program
+    would never hear it (launchers.md §2.5). The job runs in its own session, so its pid is
+    its group; torchrun's workers sit in groups of their own and hear it from torchrun."""
+    group = _own_group(pid)
     tree = [pid, *descendants(pid)]
-    forward(pid, signal.SIGTERM)
+    signal_job(pid, signal.SIGTERM, group)
     for each in tree:
         forward(each, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(alive(p) for p in tree):
+    while time.monotonic() < deadline and (any(alive(p) for p in tree) or _group_alive(group)):
         time.sleep(0.1)
+    if _group_alive(group):
+        signal_job(pid, signal.SIGKILL, group)
     for leftover in [p for p in tree if alive(p)]:
         forward(leftover, signal.SIGKILL)
+
+
+def signal_job(pid: int, sig: int, group: int | None = None) -> None:
+    """`sig` to every process of the job's group, or to `pid` alone when it leads none."""
+    group = _own_group(pid) if group is None else group
+    if group is None:
+        forward(pid, sig)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, sig)
+
+
+def _own_group(pid: int) -> int | None:
+    """`pid` when it leads its own process group (a job started in its own session)."""
+    try:
+        return pid if os.getpgid(pid) == pid else None
+    except ProcessLookupError:
+        return None
+
+
+def _group_alive(group: int | None) -> bool:
+    """Whether a process other than a zombie is left in `group` (/proc, as `descendants`
+    reads it): a group id is not reused while any member lives."""
+    if group is None:
+        return False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
+            return True
+    return False
 
 
 def stop_container(container: str, grace_s: float) -> None:

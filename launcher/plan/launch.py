@@ -10,6 +10,7 @@ process per node, nothing of theirs fans out over SSH.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -18,12 +19,12 @@ from launcher.errors import UsageError
 from launcher.plan.model import Target
 from launcher.plan.render import render_shell
 from launcher.spec.job import CLASHING_ENV, JobSpec
+from launcher.spec.run import ONE_PER_NODE
 
 MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 INIT_FILE = "gpujob-init.py"
 USER_RUN_FILE = "run-user.sh"
 HOSTFILE = "hostfile"
-RAY_PORT = 6379
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ def node_env(node: NodeContext) -> dict[str, str]:
         SKYPILOT_SETUP_NODE_RANK=str(node.rank),
         SKYPILOT_SETUP_NODE_IPS=ips,
         SKYPILOT_SETUP_NUM_GPUS_PER_NODE=gpus,
+        SKYPILOT_CLUSTER_INFO=cluster_info(node),
     )
     env.update(spec.nccl)
     env.update(spec.envs)
@@ -77,11 +79,19 @@ def node_env(node: NodeContext) -> dict[str, str]:
         env["GPUJOB_INIT_IMPORTS"] = ",".join(spec.run.init_imports)
     target = node.target
     if spec.nodes > 1 and target.one_machine and target.gpus_per_node:
-        first = node.rank * spec.nproc_per_node
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(
-            str(gpu) for gpu in range(first, first + spec.nproc_per_node)
-        )
+        per_node = spec.nproc_per_node
+        if spec.run.launcher_name in ONE_PER_NODE:  # its one process gets the node's GPUs
+            per_node = spec.resources.gpus_per_node or 1
+        first = node.rank * per_node
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in range(first, first + per_node))
     return env
+
+
+def cluster_info(node: NodeContext) -> str:
+    """SkyPilot's JSON (skypilot-task.md §3): the job is the cluster, the provider its cloud;
+    gpujob does not track regions or zones."""
+    return json.dumps({"cluster_name": node.values["job_id"], "cloud": node.target.provider,
+                       "region": None, "zone": None})  # fmt: skip
 
 
 def unset_names(spec: JobSpec) -> list[str]:
@@ -229,7 +239,9 @@ def _accelerate_argv(node: NodeContext) -> list[list[str]]:
 @dataclass(frozen=True)
 class RayPlan:
     """Node 0 starts the head and runs the driver once every node has joined; the others
-    join and stay until the head goes away (launchers.md §4.1)."""
+    join and stay until the head stops answering (launchers.md §4.1). Every node runs
+    `ray stop --force` on its way out, which stops every Ray on that host, not only the
+    job's: a host running a Ray of its own should not run a `launcher: ray` job."""
 
     head: bool
     head_ip: str
@@ -238,6 +250,9 @@ class RayPlan:
     nodes: int
     gpus: int
     join_timeout_s: int
+    head_misses: int = 3
+    """Failed connects to the head in a row (a second apart) before a worker ends: one
+    refused connect under load is not the head gone."""
 
     def join_failed(self, rank: int) -> str:
         return (f"[gpujob] ray: node {rank} ({self.node_ip}) could not join the head at "
@@ -253,7 +268,7 @@ def ray_context(node: NodeContext) -> RayPlan:
         head=node.rank == 0,
         head_ip=node.head,
         node_ip=node.addresses[node.rank],
-        port=RAY_PORT,
+        port=spec.run.ray_port,
         nodes=spec.nodes,
         gpus=spec.resources.gpus_per_node,
         join_timeout_s=spec.run.rdzv_timeout_s,

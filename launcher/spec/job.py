@@ -8,40 +8,34 @@ builds the torchrun line itself (rendezvous, node rank, per-node environment).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     Field,
-    WithJsonSchema,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, REMOTE_PATH, S3Remote
+from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+GPUJOB_SETS = ("MASTER_ADDR", "MASTER_PORT")
+"""Set by gpujob on every node (with every GPUJOB_* and SKYPILOT_* name): not the spec's."""
 
 
-EnvValue = Annotated[str, WithJsonSchema({"type": ["string", "number", "boolean"]})]
-"""A string to the program; numbers and booleans in the YAML are accepted and converted."""
-
-
-class FieldError(ValueError):
-    """A cross-field check that blames one field, so the error can point at its line."""
-
-    def __init__(self, loc: tuple[str, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int | float | str):
-        return str(value)
-    raise ValueError("an environment value must be a string, a number or a boolean")
+def reserved_env(name: str) -> str | None:
+    """Why `name` may not be set by the spec, or None: gpujob sets it on every node (run.sh
+    exports it after the spec's own), so the spec's value would be silently replaced.
+    SKYPILOT_DOCKER_* are a registry login, not a node variable (skypilot-task.md §2)."""
+    if name.startswith("SKYPILOT_DOCKER_"):
+        return None
+    if name.startswith(("GPUJOB_", "SKYPILOT_")) or name in GPUJOB_SETS:
+        return f"`{name}` is set by gpujob on every node (the node's own value); rename it"
+    return None
 
 
 class Resources(StrictModel):
@@ -79,78 +73,6 @@ class Resources(StrictModel):
         return int(match.group("count") or 1)
 
 
-LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "ray", "none")
-Launcher = Literal["torchrun", "deepspeed", "accelerate", "ray", "none"]
-
-
-class RunSpec(StrictModel):
-    """What each node runs. `run: |` (a shell string) runs as written once per node, as in
-    SkyPilot; the structured form names a program and the launcher gpujob builds around it."""
-
-    shell: str | None = Field(
-        default=None,
-        description="Shell run once per node after `setup` (what `run: |` becomes); it gets "
-        "GPUJOB_NODE_RANK, GPUJOB_NODE_IPS, ... and SkyPilot's SKYPILOT_* names.",
-    )
-    entrypoint: str | None = Field(default=None, description="Python script, relative to workdir.")
-    module: str | None = Field(default=None, description="Python module to run with `-m`.")
-    launcher: Launcher | None = Field(
-        default=None,
-        description="torchrun (default), deepspeed, accelerate, ray (a cluster across the nodes, "
-        "the program as its driver on node 0) or none (plain python once per node).",
-    )
-    args: list[EnvValue] = Field(default_factory=list)
-    nproc_per_node: int | None = Field(
-        default=None, ge=1, description="Ranks per node; defaults to the GPUs per node, else 1."
-    )
-    rdzv_port: int = Field(default=29400, ge=1, le=65535)
-    rdzv_timeout_s: int = Field(default=300, ge=5, description="Bound on the c10d rendezvous.")
-    max_restarts: int = Field(default=0, ge=0)
-    serialize_init: bool = Field(
-        default=False,
-        description="Ranks import `init_imports` one at a time under a file lock (seed 001).",
-    )
-    init_imports: list[str] = Field(default_factory=lambda: ["torch"])
-    memory_limit_gb: float | None = Field(
-        default=None, gt=0, description="RLIMIT_AS of every process of the job, in GiB."
-    )
-
-    @field_validator("args", mode="before")
-    @classmethod
-    def _args_are_strings(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [_env_value(item) for item in value]
-        return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shell_string(cls, value: Any) -> Any:
-        return {"shell": value} if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _one_program(self) -> RunSpec:
-        given = [name for name in ("shell", "entrypoint", "module") if getattr(self, name)]
-        if self.shell is not None and len(given) == 1:
-            if self.launcher is not None or self.args:
-                raise FieldError(
-                    ("run", "launcher" if self.launcher is not None else "args"),
-                    "a shell `run:` runs as written on every node; `launcher` and `args` belong "
-                    "to the structured form (`entrypoint` or `module`): remove it, or launch "
-                    "the program yourself inside the shell block",
-                )
-            return self
-        if len(given) != 1:
-            raise ValueError(
-                "give exactly one of a shell block (`run: |`), `entrypoint` (a script) or `module`"
-            )
-        return self
-
-    @property
-    def launcher_name(self) -> str:
-        """The launcher that runs the program: `shell` for a shell block."""
-        return "shell" if self.shell is not None else (self.launcher or "torchrun")
-
-
 class BatchSpec(StrictModel):
     global_batch: int | None = Field(default=None, ge=1)
     micro_batch: int | None = Field(default=None, ge=1)
@@ -176,7 +98,9 @@ class CheckpointSpec(StrictModel):
     complete_when: str | None = Field(
         default=None,
         description="How your trainer marks a save finished, as FOLDER/FILE with `{step}`: "
-        "`step_{step}/DONE`. The folder is named checkpoint-N, step_N or global_step_N.",
+        "`step_{step}/DONE`. The folder is named checkpoint-N, step_N or global_step_N. Given, "
+        "it is the only rule besides gpujob's own marker: only folders of that name holding "
+        "that file are complete (no trainer_state.json, DCP .metadata or verl tracker).",
     )
     on_checkpoint: str | None = Field(
         default=None,
@@ -289,15 +213,18 @@ class JobSpec(StrictModel):
     @classmethod
     def _env_values(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {key: _env_value(item) for key, item in value.items()}
+            return {key: env_value(item) for key, item in value.items()}
         return value
 
     @field_validator("envs", "nccl")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env_names(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for key in value:
             if not ENV_NAME.match(key):
                 raise ValueError(f"`{key}` is not a valid environment variable name")
+            reserved = reserved_env(key)
+            if reserved:
+                raise FieldError((str(info.field_name), key), reserved)
             if key in CLASHING_ENV:
                 raise ValueError(
                     f"`{key}` is a ROCm variable that breaks CUDA jobs (seed 004); gpujob unsets"
@@ -338,8 +265,25 @@ class JobSpec(StrictModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _accelerate_has_gpus(self) -> JobSpec:
+        """`accelerate launch --cpu` runs its simple launcher: N copies that never connect."""
+        cpu = not self.resources.gpus_per_node
+        if self.run.launcher == "accelerate" and cpu and self.world_size > 1:
+            raise FieldError(
+                ("run", "launcher"),
+                f"launcher: accelerate needs GPUs for more than one process (world size "
+                f"{self.world_size} on CPU would train unconnected copies); use torchrun, "
+                "or name GPUs in resources.accelerators",
+            )
+        return self
+
     @property
     def nproc_per_node(self) -> int:
+        """Processes per node: one for launcher none, ray and a shell block (whatever a shell
+        block starts itself is its own business)."""
+        if self.run.launcher_name in ONE_PER_NODE:
+            return 1
         if self.run.nproc_per_node is not None:
             return self.run.nproc_per_node
         return self.resources.gpus_per_node or 1

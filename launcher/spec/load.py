@@ -21,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 
 from launcher.errors import UsageError
 from launcher.spec import skypilot
-from launcher.spec.job import FieldError, JobSpec
+from launcher.spec.job import JobSpec
+from launcher.spec.run import FieldError
 from launcher.spec.skypilot import Translation
 from launcher.spec.yaml_lines import Path_, read_yaml
 
@@ -54,7 +55,7 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
     translation = None
     if skypilot.is_task(data):
-        translation = skypilot.translate(data, origins, str(path), os.environ)
+        translation = skypilot.translate(data, origins, str(path), os.environ, os.getcwd())
         data, origins = translation.data, translation.origins
 
     overrides = [_parse_set(item) for item in sets]

@@ -4,17 +4,22 @@ and a cosmetic one is a warning. Pure: the caller gives the environment for `nul
 
 A file is a SkyPilot task when it has no `image:` (gpujob's specs always name one) and
 carries something only SkyPilot writes: a shell `run:` string, `num_nodes`, `file_mounts`,
-or SkyPilot's `resources` keys.
+or SkyPilot's `resources` keys. A key SkyPilot's schema does not have is refused as
+SkyPilot refuses it (`additionalProperties: False`); one of gpujob's own means a gpujob spec
+that forgot its `image:`.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from launcher.errors import UsageError
+from launcher.spec.job import JobSpec, Resources, reserved_env
 from launcher.spec.limits import parse_duration
 from launcher.spec.yaml_lines import Path_
 
@@ -47,6 +52,24 @@ RESOURCES_REFUSED = {
 }
 RESOURCES_IGNORED = {"disk_tier", "network_tier", "labels", "ephemeral_storage", "region",
                      "zone"}  # fmt: skip
+TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts",
+             "setup", "run", *REFUSED, *IGNORED}  # fmt: skip
+"""SkyPilot 0.14.1's top-level task keys (skypilot-task.md §1.2)."""
+TASK_RESOURCES = {"infra", "cloud", "region", "zone", "accelerators", "gpus", "cpus", "memory",
+                  "instance_type", "use_spot", "disk_size", "disk_tier", "network_tier",
+                  "image_id", "ports", "labels", "max_hourly_cost", "any_of", "ordered",
+                  "autostop", "job_recovery", "accelerator_args", "local_disk", "volumes",
+                  "priority", "priority_class", "ephemeral_storage"}  # fmt: skip
+"""SkyPilot's `resources` keys (§1.3); its internal `_*` ones are refused as unknown."""
+GPUJOB_ONLY = set(JobSpec.model_fields) - TASK_KEYS
+GPUJOB_RESOURCES = set(Resources.model_fields) - TASK_RESOURCES
+AUTOSTOP_KEYS = ("idle_minutes", "down", "wait_for", "hook", "hook_timeout")
+AUTOSTOP_WAIT = "jobs_and_ssh"
+"""SkyPilot's `autostop.wait_for` that gpujob's host watcher keeps: idle means no job and no
+SSH session. `jobs` (SSH sessions ignored) and `none` (jobs too) would end a host sooner
+than gpujob's watcher does, so they are refused rather than kept longer and billed."""
+ENV_REF = re.compile(r"\$\{?\b([a-zA-Z_][a-zA-Z0-9_]*)\b}?")
+"""SkyPilot's own pattern for `$VAR` and `${VAR}` in `workdir` (sky/task.py)."""
 CLOUDS = {"lambda", "vast", "ssh"}
 DEFAULTS = {
     ("image",): " (the host's Python, as SkyPilot's default image)",
@@ -77,11 +100,18 @@ def is_task(data: Mapping[str, Any]) -> bool:
 
 
 def translate(
-    data: Mapping[str, Any], origins: dict[Path_, str], filename: str, environ: Mapping[str, str]
+    data: Mapping[str, Any],
+    origins: dict[Path_, str],
+    filename: str,
+    environ: Mapping[str, str],
+    cwd: str,
 ) -> Translation:
+    """`environ` gives `null` envs and `~`; `cwd` is what a relative `workdir` starts from,
+    as for `sky launch` (SkyPilot reads it against its own current folder, not the task's)."""
     out = Translation({}, {})
     reader = _Reader(data, origins, filename, out)
     for key in data:
+        reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
         if key in REFUSED:
             raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", "remove it")
         if key in IGNORED:
@@ -90,15 +120,20 @@ def translate(
     reader.put(("name",), ("name",), stem.strip("-") or "task")
     image = _image(reader)
     reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
+    envs = _envs(reader, environ)
     if "workdir" not in data:
         reader.put(("workdir",), ("workdir",), ".", given=False)
     else:
         if not isinstance(data["workdir"], str):
             raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
                                 "clone it in `setup:`, or give a local folder")  # fmt: skip
-        reader.put(("workdir",), ("workdir",), data["workdir"])
+        workdir = _workdir(data["workdir"], envs, environ, cwd)
+        why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
+        reader.put(("workdir",), ("workdir",), workdir, why=why)
     if "num_nodes" in data:
         reader.put(("nodes",), ("num_nodes",), data["num_nodes"])
+    if isinstance(data.get("run"), Mapping):
+        raise reader.gpujob_spec(("run",), "SkyPilot's `run` is a shell string, gpujob's a mapping")
     for key in ("setup", "run"):
         value = data.get(key)
         if isinstance(value, list):
@@ -108,7 +143,6 @@ def translate(
     if data.get("run") is None:
         fix = "add a `run:` block (gpujob runs jobs; `gpujob up` rents hosts)"
         raise reader.refuse(("run",), "a task without `run` only provisions nodes", fix)
-    envs = _envs(reader, environ)
     if envs:
         reader.put(("envs",), ("envs",), envs)
     secrets = _secrets(reader)
@@ -125,6 +159,15 @@ def _stem(filename: str) -> str:
     return filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
 
+def _workdir(value: str, envs: Mapping[str, str], environ: Mapping[str, str], cwd: str) -> str:
+    """SkyPilot's reading: the task's envs substituted (unknown names stay as written), `~`
+    expanded, then relative to the current folder."""
+    path = ENV_REF.sub(lambda m: envs.get(m.group(1), m.group(0)), value)
+    if (path == "~" or path.startswith("~/")) and environ.get("HOME"):
+        path = environ["HOME"] + path[1:]
+    return str(PurePosixPath(cwd) / path)
+
+
 @dataclass
 class _Reader:
     data: Mapping[str, Any]
@@ -138,9 +181,10 @@ class _Reader:
                 return self.origins[loc[:end]]
         return self.filename
 
-    def put(self, dst: Path_, src: Path_, value: Any, *, given: bool = True) -> None:
+    def put(self, dst: Path_, src: Path_, value: Any, *, given: bool = True, why: str = "") -> None:
         """`value` at gpujob's `dst`, blamed on SkyPilot's `src`; `given=False`: the task
-        leaves `src` out and this is what gpujob does instead (the note says so)."""
+        leaves `src` out and this is what gpujob does instead (the note says so); `why`
+        ends the note."""
         node = self.out.data
         for part in dst[:-1]:
             node = node.setdefault(part, {})
@@ -150,7 +194,39 @@ class _Reader:
         shown = value if not isinstance(value, str) or "\n" not in value else "(shell block)"
         names = ".".join(map(str, src)) if given else f"(no {'.'.join(map(str, src))})"
         self.out.notes.append(f"{where}: {names} -> {'.'.join(map(str, dst))}: {shown}"
-                              + DEFAULTS.get(dst, "") * (not given))  # fmt: skip
+                              + DEFAULTS.get(dst, "") * (not given) + why)  # fmt: skip
+
+    def refuse_both(self, resources: Mapping[str, Any], alias: str, name: str) -> None:
+        """SkyPilot's own rule (sky/resources.py): an alias and its field never together."""
+        if alias in resources and name in resources:
+            raise UsageError(
+                f"{self.where('resources', alias)}: resources.{alias}: SkyPilot's alias of "
+                f"`resources.{name}`, which is given too; keep one (SkyPilot refuses both)"
+            )
+
+    def known(self, loc: Path_, keys: Collection[str], gpujobs: Collection[str]) -> None:
+        """Refuse a key SkyPilot's schema lacks at `loc`; one of gpujob's own says what the
+        file most likely is."""
+        name = str(loc[-1])
+        if name in keys:
+            return
+        field_name = ".".join(map(str, loc))
+        if name in gpujobs:
+            raise self.gpujob_spec(loc, f"`{field_name}` is gpujob's, not SkyPilot's")
+        close = difflib.get_close_matches(name, sorted(keys), n=1)
+        hint = f"did you mean `{close[0]}`?" if close else "remove it"
+        raise UsageError(
+            f"{self.where(*map(str, loc))}: {field_name}: unknown key (not in SkyPilot's task "
+            f"schema, which refuses it too); {hint}"
+        )
+
+    def gpujob_spec(self, loc: Path_, why: str) -> UsageError:
+        field_name = ".".join(map(str, loc))
+        return UsageError(
+            f"{self.where(*map(str, loc))}: {field_name}: this looks like a gpujob spec without "
+            f"`image:` ({why}), so it was read as a SkyPilot task; add `image:` (e.g. "
+            "`image: host`)"
+        )
 
     def refuse(self, loc: Path_, why: str, fix: str) -> UsageError:
         name = ".".join(map(str, loc))
@@ -176,11 +252,13 @@ def _image(reader: _Reader) -> str:
 def _envs(reader: _Reader, environ: Mapping[str, str]) -> dict[str, str]:
     """SkyPilot's conversions: values through `str()` (`true` -> `True`), `null` required."""
     envs = reader.data.get("envs") or {}
+    if not isinstance(envs, Mapping):
+        raise reader.refuse(("envs",), "it must be a mapping of NAME: value", "write one")
     out = {}
     for name, value in envs.items():
-        if str(name).startswith("SKYPILOT_") and not str(name).startswith("SKYPILOT_DOCKER_"):
-            raise reader.refuse(("envs", str(name)), "gpujob sets the SKYPILOT_* names itself",
-                                "rename the variable")  # fmt: skip
+        reserved = reserved_env(str(name))
+        if reserved:
+            raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
         if value is None:
             if name not in environ:
                 raise UsageError(
@@ -197,6 +275,9 @@ def _secrets(reader: _Reader) -> list[str]:
     secrets = reader.data.get("secrets") or {}
     if isinstance(secrets, list):
         return [str(s).removeprefix("secrets:") for s in secrets]
+    if not isinstance(secrets, Mapping):
+        raise reader.refuse(("secrets",), "it must be a mapping or a list of names",
+                            "write `NAME: null` for each")  # fmt: skip
     names = []
     for name, value in secrets.items():
         if value is not None:
@@ -212,8 +293,10 @@ def _resources(reader: _Reader) -> None:
     resources = reader.data.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise reader.refuse(("resources",), "it must be a mapping", "see SkyPilot's YAML spec")
+    reader.refuse_both(resources, "gpus", "accelerators")
     for key, value in resources.items():
         loc = ("resources", str(key))
+        reader.known(loc, TASK_RESOURCES, GPUJOB_RESOURCES)
         if key in RESOURCES_REFUSED:
             raise reader.refuse(loc, RESOURCES_REFUSED[key], "remove it")
         if key in RESOURCES_IGNORED:
@@ -238,8 +321,6 @@ def _resources(reader: _Reader) -> None:
                                        "chosen at `submit --up GPU --provider`")  # fmt: skip
         elif key == "autostop" and value is not False:
             reader.put(("resources", "autostop"), loc, _autostop(reader, loc, value))
-        elif key not in ("image_id", "use_spot", "autostop"):
-            raise reader.refuse(loc, "not a field gpujob knows", "remove it")
 
 
 def _accelerators(reader: _Reader, loc: Path_, value: Any) -> str:
@@ -267,10 +348,29 @@ def _autostop(reader: _Reader, loc: Path_, value: Any) -> dict[str, Any]:
         return {"idle_minutes": 5, "down": False}
     if isinstance(value, int | float) and not isinstance(value, bool):
         return {"idle_minutes": value, "down": False}
-    if isinstance(value, str):
-        seconds = parse_duration(value if value[-1].isalpha() else f"{value}m")
-        return {"idle_minutes": seconds / 60, "down": False}
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            seconds = parse_duration(text if text[-1].isalpha() else f"{text}m")
+        except ValueError:
+            seconds = None
+        if seconds is not None:
+            return {"idle_minutes": seconds / 60, "down": False}
     if isinstance(value, Mapping):
+        for key in value:
+            reader.known((*loc, str(key)), AUTOSTOP_KEYS, ())
+            if key in ("hook", "hook_timeout"):
+                raise reader.refuse((*loc, str(key)), "gpujob's host watcher runs no hook "
+                                    "before it ends the host", "remove it")  # fmt: skip
+        wait_for = value.get("wait_for", AUTOSTOP_WAIT)
+        if wait_for != AUTOSTOP_WAIT:
+            raise reader.refuse(
+                (*loc, "wait_for"),
+                f"gpujob's host watcher counts a host idle only with no job and no SSH session "
+                f"(SkyPilot's `{AUTOSTOP_WAIT}`), so `{wait_for}` would end it later than "
+                "written",
+                f"remove it, or write `wait_for: {AUTOSTOP_WAIT}`",
+            )
         kept = {k: v for k, v in value.items() if k in ("idle_minutes", "down")}
         return {"down": False, **kept}
     raise reader.refuse(loc, f"cannot read {value!r}", "write minutes, `10h`, or a mapping")

@@ -1,13 +1,16 @@
 """Workloads other than gpujob's own torchrun line, through the real CLI on this machine: a
 SkyPilot-style shell `run:` block that builds its own torchrun line from SKYPILOT_* variables,
-on two nodes (two agents on loopback), and the plain-python launcher."""
+on two nodes (two agents on loopback), the plain-python launcher, and a cancel that the
+program itself hears under each."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,8 @@ def test_launcher_none_runs_the_program_once_per_node_with_the_node_variables(
 
 
 def test_a_skypilot_task_file_runs_as_it_is_on_two_nodes(tmp_path: Path) -> None:
-    task = tmp_path / "task.yaml"
+    (tmp_path / "task").mkdir()  # its folder is the workdir shipped: not the state dir's
+    task = tmp_path / "task" / "task.yaml"
     task.write_text(
         "name: hello-sky\nnum_nodes: 2\nresources:\n  cpus: 1+\nenvs:\n  GREETING: hi\n"
         "setup: |\n  echo setup $SKYPILOT_SETUP_NODE_RANK\n"
@@ -69,3 +73,47 @@ def test_a_skypilot_task_file_runs_as_it_is_on_two_nodes(tmp_path: Path) -> None
     for rank in (0, 1):
         assert f"[node {rank}] setup {rank}" in done.stdout
         assert f"[node {rank}] hi from {rank} of 2, 2 ips" in done.stdout
+
+
+TRAPS_TERM = """\
+import os, signal, sys, time
+def bye(*_):
+    with open(os.environ["HEARD"], "w") as out:
+        out.write(f"handler ran in {os.getpid()}\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["|\n  echo starting\n  python prog.py\n", "{entrypoint: prog.py, launcher: none}"],
+    ids=["shell-block", "launcher-none"],
+)
+def test_cancel_reaches_the_program_under_a_shell_block_and_launcher_none(
+    tmp_path: Path, run: str
+) -> None:
+    """The program traps SIGTERM: `gpujob cancel` must make its handler run, however many
+    shells sit between the agent and it (a shell block's bash dies of a TERM unheard)."""
+    work, heard = tmp_path / "work", tmp_path / "heard.txt"
+    work.mkdir()
+    (work / "prog.py").write_text(TRAPS_TERM)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: traps\nimage: host\nworkdir: work\nenvs:\n  HEARD: {heard}\n"
+                    f"run: {run}\n")  # fmt: skip
+    started = gpujob(tmp_path, "submit", str(spec), "--detach", "--job-id", "traps")
+    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    node_dir = tmp_path / "state" / "jobs" / "traps" / "node-0"
+    deadline = time.monotonic() + 120
+    while not (node_dir / "job.log").is_file() or "ready" not in (node_dir / "job.log").read_text():
+        assert time.monotonic() < deadline, "the program never said ready"
+        time.sleep(0.2)
+    cancelled = gpujob(tmp_path, "cancel", "traps", "--grace", "20")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert heard.is_file(), "the program never heard SIGTERM"
+    assert heard.read_text().startswith("handler ran in ")
+    shown = gpujob(tmp_path, "status", "--json")
+    job = next(row for row in json.loads(shown.stdout)["jobs"] if row["id"] == "traps")
+    assert job["state"] == "cancelled"

@@ -76,3 +76,46 @@ def test_what_no_rule_recognises_is_said_in_the_log_and_the_status(
 def test_a_completion_rule_gpujob_cannot_order_is_refused(rule: str) -> None:
     with pytest.raises(ValueError, match="write it as FOLDER/FILE"):
         CheckpointSpec(complete_when=rule)
+
+
+MIXED = """\
+import json, os, sys, time
+root = sys.argv[1]
+saves = {
+    "step_10": {"DONE": ""},
+    "checkpoint-20": {"trainer_state.json": json.dumps({"global_step": 20})},  # HF's format
+    "global_step_30": {"DONE": ""},  # the rule's file, another folder name
+    "step_40": {".metadata": ""},  # DCP's format
+    "step_50": {"DONE": ""},
+}
+for name, files in saves.items():
+    os.makedirs(os.path.join(root, name))
+    open(os.path.join(root, name, "weights.bin"), "wb").write(b"w" * 1000)
+    for file, body in files.items():
+        open(os.path.join(root, name, file), "w").write(body)
+time.sleep(2.5)
+"""
+
+
+def test_complete_when_is_the_only_rule_and_its_folder_part_must_match_too(
+    agent_job, tmp_path: Path
+) -> None:
+    """`step_{step}/DONE` given: only step_N/ folders holding DONE are adopted; a Hugging Face
+    trainer_state.json, a DCP .metadata or a DONE under another folder name is not a
+    finished save to this trainer, and the log says so."""
+    ckpt = tmp_path / "ckpts"
+    ckpt.mkdir()
+    program = tmp_path / "mixed.py"
+    program.write_text(MIXED)
+    job = agent_job(ckpt, [], complete_when="step_{step}/DONE")
+    config = json.loads((job.node_dir / "job.json").read_text())
+    config["argv"] = ["python3", str(program), str(ckpt)]
+    (job.node_dir / "job.json").write_text(json.dumps(config))
+    assert job.start().wait(60)["state"] == "succeeded", job.log
+    adopted = {p.parent.name for p in ckpt.glob("*/.gpujob-complete")}
+    assert adopted == {"step_10", "step_50"}, job.log
+    for name in ("checkpoint-20", "global_step_30", "step_40"):
+        assert (
+            f"checkpoints: {name}/ is complete by no rule (no .gpujob-complete, and not "
+            "complete by checkpoints.complete_when `step_{step}/DONE`" in job.log
+        ), job.log

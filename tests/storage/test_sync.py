@@ -225,3 +225,23 @@ def test_keep_last_holds_in_the_bucket_and_never_takes_the_newest(agent_job, rem
     assert held == {"checkpoint-30", "checkpoint-40"}, job.log
     assert "retention in gpujob_t:" in job.log and "deleted checkpoint-10" in job.log
     assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint-30", "checkpoint-40"]
+
+
+def test_retention_in_the_bucket_never_counts_an_earlier_runs_checkpoints(
+    agent_job, remote, tmp_path
+):
+    """An earlier run left checkpoint-900 under the same prefix: counted, it would make every
+    checkpoint this run pushes look older than the newest, and keep_last 1 would delete each
+    one right after its push. Retention counts only what this job's agent pushed."""
+    prefix = f"gpujob_t:{remote['bucket']}/reused"
+    make_checkpoint(tmp_path / "earlier", 900, {"model.bin": 4096})
+    before = push(tmp_path / "earlier", prefix, rclone_vars(remote["url"]))
+    assert before.returncode == 0, before.stdout + before.stderr
+    ckpt = tmp_path / "ckpts"
+    job = agent_job(ckpt, ["--saves", "3", "--size", "1", "--every", "0.4"], keep_last=1,
+                    sync_to=prefix, storage_env_file="storage.json")  # fmt: skip
+    (job.node_dir / "storage.json").write_text(json.dumps(rclone_vars(remote["url"])))
+    assert job.start().wait(120)["state"] == "succeeded", job.log
+    held = {k.split("/")[1] for k in s3_keys(remote["url"], remote["bucket"], "reused/")}
+    assert held == {"checkpoint-30", "checkpoint-900"}, job.log
+    assert "deleted checkpoint-30" not in job.log and "checkpoint-900" not in job.log

@@ -55,8 +55,9 @@ def every_option() -> list[str]:
 
 
 def launcher_scripts(launcher: str | None, **run: str) -> list[str]:
-    """Both nodes' run.sh for a two-host job under `launcher` (or a shell block)."""
-    spec = spec_of(nodes=2, unset_envs=["RAY_ADDRESS"],
+    """Both nodes' run.sh for a two-host job under `launcher` (or a shell block), on GPUs
+    (accelerate refuses several processes on CPU)."""
+    spec = spec_of(nodes=2, unset_envs=["RAY_ADDRESS"], resources={"accelerators": "A100:2"},
                    run=run or {"module": "pkg.train", "launcher": launcher})  # fmt: skip
     plan = plan_of(spec, TWO_HOSTS)
     return [run_sh(plan, 0), run_sh(plan, 1)]

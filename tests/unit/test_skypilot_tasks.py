@@ -69,6 +69,21 @@ def test_the_dry_run_shows_the_translation_line_by_line(tmp_path: Path) -> None:
         ("workdir: {url: 'https://github.com/x/y'}\n", 1, "workdir"),
         ("envs:\n  SKYPILOT_NODE_RANK: 3\n", 2, "envs.SKYPILOT_NODE_RANK"),
         ("envs:\n  NEEDED: null\n", 2, "envs.NEEDED"),
+        ("envs:\n  MASTER_ADDR: 10.0.0.9\n", 2, "envs.MASTER_ADDR"),
+        # SkyPilot's schema refuses keys it does not have; so does gpujob, naming them
+        ("replicas: 2\n", 1, "replicas"),
+        ("workdri: .\n", 1, "workdri"),
+        ("resources:\n  acelerators: A100\n", 2, "resources.acelerators"),
+        ("resources:\n  _requires_fuse: true\n", 2, "resources._requires_fuse"),
+        ("resources:\n  gpus: A100\n  accelerators: A100\n", 2, "resources.gpus"),
+        ("resources:\n  autostop: ''\n", 2, "resources.autostop"),
+        ("resources:\n  autostop: soon\n", 2, "resources.autostop"),
+        (
+            "resources:\n  autostop:\n    idle_minutes: 5\n    wait_for: jobs\n",
+            4,
+            "resources.autostop.wait_for",
+        ),
+        ("resources:\n  autostop:\n    idle_minute: 5\n", 3, "resources.autostop.idle_minute"),
     ],
 )
 def test_what_gpujob_cannot_honour_is_one_line_naming_the_field(
@@ -87,3 +102,59 @@ def test_a_gpujob_spec_is_never_read_as_a_skypilot_task(tmp_path: Path) -> None:
     path = task(tmp_path, "name: t\nimage: host\nnum_nodes: 2\n" + RUN)
     done = dry_run(path)
     assert done.returncode == 2 and "num_nodes: unknown key" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("nodes: 2\n", 1, "nodes"),
+        ("num_nodes: 2\ncheckpoints: {keep_last: 2}\n", 2, "checkpoints"),
+        ("max_duration: 2h\n", 1, "max_duration"),
+        ("resources:\n  disk_gb: 20\n", 2, "resources.disk_gb"),
+    ],
+)
+def test_gpujobs_own_keys_in_a_file_read_as_a_task_say_image_is_missing(
+    tmp_path: Path, text: str, line: int, field: str
+) -> None:
+    path = task(tmp_path, text + RUN)
+    done = dry_run(path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"gpujob: error: {path}:{line}: {field}: this looks like a gpujob spec without "
+        f"`image:` (`{field}` is gpujob's, not SkyPilot's), so it was read as a SkyPilot task; "
+        "add `image:` (e.g. `image: host`)\n"
+    )
+
+
+def test_a_structured_run_in_a_file_read_as_a_task_says_image_is_missing(tmp_path: Path) -> None:
+    path = task(tmp_path, "num_nodes: 2\nrun: {entrypoint: train.py}\n")
+    done = dry_run(path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"gpujob: error: {path}:2: run: this looks like a gpujob spec")
+
+
+def test_secrets_as_a_list_of_names_is_a_task_not_a_gpujob_spec(tmp_path: Path) -> None:
+    path = task(tmp_path, "secrets: [GJ_TASK_TOKEN]\n" + RUN)
+    done = subprocess.run([GPUJOB, "submit", str(path), "--dry-run"], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path,
+                          env={**os.environ, "GJ_TASK_TOKEN": "x",
+                               "GPUJOB_STATE_DIR": str(tmp_path / "state")})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "a SkyPilot task, read as gpujob's spec" in done.stderr
+
+
+def test_a_tasks_workdir_is_read_from_the_current_folder_with_its_envs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `sky launch` reads it: against the folder the command runs in, not the task's,
+    `$VAR`/`${VAR}` from the task's envs (an unknown name stays as written)."""
+    (tmp_path / "tasks").mkdir()
+    path = task(tmp_path / "tasks", "envs:\n  PROJ: proj\nworkdir: ${PROJ}/$SUB/code\n" + RUN)
+    here = tmp_path / "here"
+    (here / "proj" / "$SUB" / "code").mkdir(parents=True)
+    with monkeypatch.context() as inside:
+        inside.chdir(here)
+        assert load_job_spec(path).workdir == here / "proj" / "$SUB" / "code"
+    shown = dry_run(path)  # from the task's own folder: no such workdir there
+    assert shown.returncode == 2
+    assert f"{path}:3: workdir: {path.parent}/proj/$SUB/code is not a folder" in shown.stderr
