@@ -102,6 +102,9 @@ class VastApi(VastControl, CreateMixin, ListMixin, FakeApi):
         found = INSTANCE_PATH.search(request.path)
         if owner and op in INSTANCE_KEY_OPS and found and int(found.group(1)) == owner.id:
             return  # the per-instance key may start, stop or destroy its own instance (§3.3)
+        retired = self.books.retired_keys.get(key or "")
+        if op == "show_instance" and found and retired == int(found.group(1)):
+            return  # ... and read it back once destroyed: `{"instances": null}` [U]
         raise fail(401, "auth_error", "Invalid user key")
 
     def caller(self, request: Request) -> str | None:
@@ -111,7 +114,10 @@ class VastApi(VastControl, CreateMixin, ListMixin, FakeApi):
             return {VAST_API_KEY: "account", VAST_READONLY_KEY: "readonly"}.get(key or "")
         with self.lock:
             owner = next((i for i in self.books.instances.values() if i.api_key == key), None)
-        return f"instance {owner.id}" if owner else "unknown"
+            retired = self.books.retired_keys.get(key)
+        if owner or retired:
+            return f"instance {owner.id if owner else retired}"
+        return "unknown"
 
     def rate_limit(self, request: Request, op: str) -> None:
         """A minimum interval per (key, endpoint); the three 429 bodies take turns."""

@@ -99,6 +99,7 @@ class VastBooks:
         self.offers = seed_offers()
         self.taken: set[int] = set()
         self.instances: dict[int, VastInstance] = {}
+        self.retired_keys: dict[str, int] = {}  # a destroyed instance's key -> its id
         self.ssh_keys: dict[int, dict[str, Any]] = {}
         self.next_id = 7835600
         self.next_key_id = 100
@@ -237,6 +238,7 @@ class VastBooks:
 
     def destroy(self, inst: VastInstance) -> None:
         del self.instances[inst.id]
+        self.retired_keys[inst.api_key] = inst.id
         self.taken.discard(inst.offer["id"])
         self.job(inst, "destroy", lambda: self.backend.terminate(str(inst.id)))
 

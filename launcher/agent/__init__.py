@@ -31,6 +31,7 @@ AUTOSTOP_FILE = "gpujob-autostop.py"
 AUTOSTOP_SOURCES = {
     AUTOSTOP_FILE: str(Path(__file__).with_name("autostop.py")),
     "autostop_call.py": str(Path(__file__).with_name("autostop_call.py")),
+    "autostop_busy.py": str(Path(__file__).with_name("autostop_busy.py")),
     "agent_os.py": str(AGENT_OS_SOURCE),
 }
 """What `up --autostop` ships to a host, by the name each has there (siblings keep theirs)."""

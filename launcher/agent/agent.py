@@ -101,6 +101,10 @@ def supervise(node_dir: Path) -> int:
         "supervisor_start": start_ticks(os.getpid()),
         "started_at": time.time(),
     }
+    # Seen before a start that may take long (a `docker run` pulling): the supervisor is
+    # alive from now on (autostop's busy check, status_of), still `starting` for `start`.
+    asked = read_json(node_dir / STATUS).get("requested_at", status["started_at"])
+    write_json(node_dir / STATUS, {**status, "state": "starting", "requested_at": asked})
     try:
         status.update(job.start(env))
     except StartFailed as failed:

@@ -2,17 +2,23 @@
 """gpujob autostop: a rented host that nobody uses ends itself. Standard library only.
 
 `gpujob up --autostop 30m` ships this file to the host's `~/.gpujob/autostop/` (as
-`gpujob-autostop.py`, with agent_os.py and autostop_call.py beside it) and starts it
-detached, in a session of its own: it goes on when the SSH session ends and when the user's
-machine is off. Once the host has had no running gpujob job and no SSH session for the
-window, it writes a line in `~/.gpujob/autostop.log` and asks the cloud to end the instance
-(autostop_call.py): Lambda terminate, Vast destroy (or stop), retried with backoff until the
-cloud takes it. The key is read at the moment of the call, from its 0600 file (Lambda: the
-user's key, opt-in) or from the instance's own environment (Vast's `CONTAINER_API_KEY`,
-which can only start, stop or destroy that one instance): never from a command line, never
-in this process's environment, never in a log.
+`gpujob-autostop.py`, with agent_os.py, autostop_busy.py and autostop_call.py beside it)
+and starts it detached, in a session of its own: it goes on when the SSH session ends and
+when the user's machine is off. Once the host has had no running gpujob job and no SSH
+session for the window, it writes a line in `~/.gpujob/autostop.log` and asks the cloud to
+end the instance (autostop_call.py): Lambda terminate, Vast destroy (or stop), then reads
+the instance back, retried with backoff until the cloud shows it ended (whatever goes wrong
+on the way is logged and tried again: a watcher that stopped would leave the host billing).
+The key is read at the moment of the call from its 0600 file (Lambda: the user's key,
+opt-in; Vast: the instance's own `CONTAINER_API_KEY`, which can only manage that one
+instance, copied there by the onstart): never from a command line, never in this process's
+environment (which is PATH alone), never in a log.
 
-Busy means either of:
+Busy means any of:
+- a hold (DIR/hold, `{"seconds": S}`, until its mtime + S): the command that rented the
+  host has not handed it over yet (`up` waiting for its other hosts, `submit --up` before
+  its job starts). The command removes it then; if the command died, it expires and the
+  window runs;
 - a job node under `~/.gpujob/jobs` whose supervisor is alive (same pid and start time as in
   its status.json), or one that asked to start in the last 30 s. A job's agent syncs its last
   complete checkpoint and ships its log to S3 before its supervisor ends (ckpt_watch's final
@@ -24,7 +30,8 @@ Busy means either of:
   this folder (`gpujob status` asking for the deadline).
 
     gpujob-autostop.py start DIR   start the watcher, or have the running one reload
-                                   DIR/config.json; print its state as JSON
+                                   DIR/config.json; print its state as JSON. Not
+                                   restarted after a reboot: nothing starts it at boot
     gpujob-autostop.py show DIR    print the state: idle since, deadline, what keeps it busy
     gpujob-autostop.py run DIR     the watcher itself, in the foreground
 """
@@ -35,11 +42,11 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,24 +54,13 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks, write_json
-from autostop_call import CallFailed, call_cloud, request_for
+from autostop_busy import busy
+from autostop_call import CallFailed, end_instance, request_for, url_problem
 
 CONFIG, STATE, PID_FILE, LOCK = "config.json", "state.json", "daemon.pid", "daemon.lock"
+WATCHER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOG_NAME = "autostop.log"  # in ~/.gpujob, beside the jobs folder
-START_GRACE_S = 30.0  # a node asked to start this recently is busy before its supervisor runs
-SESSION = re.compile(r"^sshd(?:-session)?: \S+@(?:notty|pts/\d+)")
 MAX_BACKOFF_S = 300.0
-
-
-@dataclass(frozen=True)
-class Proc:
-    """One process as /proc shows it: what the session check needs."""
-
-    pid: int
-    ppid: int
-    comm: str
-    cmdline: str
-    net: str | None  # its network namespace; None when it cannot be read
 
 
 def poll_interval(idle_s: float) -> float:
@@ -73,93 +69,20 @@ def poll_interval(idle_s: float) -> float:
     return max(0.5, min(15.0, idle_s / 6))
 
 
-# -- busy ------------------------------------------------------------------------------------
-
-
-def job_busy(jobs_root: Path, now: float | None = None) -> str | None:
-    """The first job node that keeps the host busy, in words, or None."""
-    now = time.time() if now is None else now
-    for status_path in sorted(jobs_root.glob("*/node-*/status.json")):
-        status = read_json(status_path)
-        node = f"job {status_path.parent.parent.name} {status_path.parent.name}"
-        pid = status.get("supervisor_pid")
-        if pid and alive(pid) and status.get("supervisor_start") in (None, start_ticks(pid)):
-            return f"{node} {status.get('state', 'running')}"
-        asked = status.get("requested_at") or 0
-        if status.get("state") == "starting" and now - asked < START_GRACE_S:
-            return f"{node} starting"
-    return None
-
-
-def session_busy(procs: list[Proc], own_net: str | None, ignore: str) -> str | None:
-    """The first command or login running in an SSH session of this host, or None.
-    `ignore`: commands naming it are not activity (reads of this folder)."""
-    sessions = {p.pid: p for p in procs if p.comm.startswith("sshd") and SESSION.match(p.cmdline)}
-    for p in procs:
-        parent = sessions.get(p.ppid)
-        if parent is None or p.comm.startswith("sshd") or ignore in p.cmdline:
-            continue
-        if own_net is not None and p.net is not None and p.net != own_net:
-            continue  # another host's session (lab hosts share one PID namespace)
-        return f"SSH session {parent.cmdline.split(':', 1)[1].strip()}: {p.cmdline[:60]}"
-    return None
-
-
-def snapshot() -> list[Proc]:
-    """Every process this host's /proc shows. Only sessions' children need their namespace
-    read, so that is read for those alone."""
-    table: list[tuple[int, int, str]] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        head, _, rest = stat.rpartition(")")
-        fields = rest.split()
-        if len(fields) < 2:
-            continue
-        table.append((int(entry), int(fields[1]), head.partition("(")[2]))
-    sshd = {pid for pid, _, comm in table if comm.startswith("sshd")}
-    procs = []
-    for pid, ppid, comm in table:
-        if pid not in sshd and ppid not in sshd:
-            continue
-        procs.append(Proc(pid, ppid, comm, _cmdline(pid), None if pid in sshd else _net(pid)))
-    return procs
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
-
-
-def _net(pid: int | str) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
-        return None
-
-
-def busy(folder: Path) -> str | None:
-    """Why the host is busy now, or None when it is idle."""
-    ours = f"{folder.parent.name}/{folder.name}/"  # `.gpujob/autostop/`, however it is named
-    return job_busy(folder.parent / "jobs") or session_busy(snapshot(), _net("self"), ours)
-
-
 # -- the watcher -----------------------------------------------------------------------------
 
 
 class Watcher:
     """Looks every poll interval; ends the instance after `idle_s` without activity. A
-    SIGHUP reloads the config and starts the window again (a new `up` is activity)."""
+    SIGHUP reloads the config and starts the window again (a new `up` is activity).
+    `looks` says what keeps the host busy (autostop_busy.busy); `first_backoff_s` is the
+    end's first wait between tries, doubled up to MAX_BACKOFF_S."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, looks: Callable[[Path], str | None] = busy,
+                 first_backoff_s: float = 1.0) -> None:  # fmt: skip
         self.folder = folder
+        self.looks = looks
+        self.first_backoff_s = first_backoff_s
         self.log_path = folder.parent / LOG_NAME
         self.reload = True
         self.stop = False
@@ -188,34 +111,54 @@ class Watcher:
             })  # fmt: skip
 
     def load(self) -> None:
+        self.reload = False  # first: a SIGHUP during the read asks for another
         self.config = read_json(self.folder / CONFIG)
         self.loaded_at = time.time()
-        self.last_active, self.idle_since = time.monotonic(), time.time()
-        self.reload = False
+        self.active_now(None)
         self.log(f"watching: after {self.config['idle_s']:g} s with no gpujob job running and "
                  f"no SSH session, {self.config['action']} {self.config['provider']} instance "
                  f"{self.config.get('instance_id')} ({request_for(self.config)[0]} "
                  f"{self.config['api_url']})")  # fmt: skip
 
+    def active_now(self, why: str | None) -> None:
+        """The window starts again from now: what `status` shows as idle since and the
+        deadline move with it."""
+        self.last_active, self.idle_since = time.monotonic(), time.time()
+        self.busy_with = why
+
     def look(self) -> bool:
         """One look; True when the window has passed with nothing running."""
-        why = busy(self.folder)
+        why = self.looks(self.folder)
         if why:
             if why != self.busy_with:
                 self.log(f"busy: {why}")
-            self.last_active = time.monotonic()
+            self.active_now(why)
         elif self.busy_with:
-            self.last_active, self.idle_since = time.monotonic(), time.time()
+            self.active_now(None)
             self.log("idle: no gpujob job running and no SSH session")
-        self.busy_with = why
         self.publish()
         return not why and time.monotonic() - self.last_active >= float(self.config["idle_s"])
 
     def run(self) -> int:
+        """The watch; an error that escapes it (a bug, a config that cannot be read) is
+        logged and the watch starts again after a backoff, with a new window: a watcher
+        that died would leave the host billing for ever."""
+        backoff = self.first_backoff_s
+        while True:
+            try:
+                return self.watch()
+            except Exception as err:
+                self.log(f"the watcher failed ({failure(err)}); watching again in {backoff:g} s")
+                with contextlib.suppress(Exception):
+                    self.publish(state="failed", last_error=failure(err)[:300])
+            self.pause(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            self.reload = True
+
+    def watch(self) -> int:
         while not self.stop:
             if self.reload:  # the window starts now; the first look comes after the command
                 self.load()  # that started us (an SSH session of its own) has ended
-                self.busy_with = None
                 self.publish()
             elif self.look_safely() and self.end():
                 return 0
@@ -230,15 +173,20 @@ class Watcher:
         try:
             return self.look()
         except Exception as err:
-            self.log(f"a look failed ({type(err).__name__}: {err}); looking again")
-            self.last_active = time.monotonic()
+            why = f"a look failed ({type(err).__name__}: {err})"
+            if why != self.busy_with:
+                self.log(f"{why}; looking again")
+            self.active_now(why)
+            self.publish()
             return False
 
-    def idle_now(self) -> bool:
+    def in_use(self) -> str | None:
+        """During the end's retries: what calls it off, or None. A look that fails here
+        does not: the end was already decided."""
         try:
-            return busy(self.folder) is None
+            return self.looks(self.folder)
         except Exception:
-            return True  # the call is already decided: a failed look does not undo it
+            return None
 
     def pause(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -246,29 +194,43 @@ class Watcher:
             time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
 
     def end(self) -> bool:
-        """The call, retried with backoff until the cloud takes it. Activity in the meantime
-        (a login, a job) calls it off: False, and the watch goes on."""
+        """The call and its read-back, retried with backoff until the cloud shows the
+        instance ended. Activity in the meantime (a login, a job) calls it off: False, and
+        the watch goes on with a new window from that activity."""
         what = f"{self.config['action']} {self.config['provider']} instance " \
                f"{self.config.get('instance_id')}"  # fmt: skip
         self.log(f"idle for {self.config['idle_s']:g} s (no gpujob job running, no SSH "
                  f"session): {what}")  # fmt: skip
-        backoff = 1.0
+        backoff = self.first_backoff_s
         while not self.stop:
             try:
-                said = call_cloud(self.config)
-            except CallFailed as failed:
-                self.log(f"{what} failed: {failed}; trying again in {backoff:g} s")
-                self.publish(state="retrying", last_error=str(failed)[:300])
+                said = end_instance(self.config)
+            except Exception as failed:  # CallFailed, or anything else: logged, tried again
+                self.log(f"{what} not done: {failure(failed)}; trying again in {backoff:g} s")
+                self.publish(state="retrying", last_error=failure(failed)[:300])
                 self.pause(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
-                if self.reload or not self.idle_now():
-                    self.log(f"{what} called off: the host is in use again")
+                why = self.in_use()
+                if self.reload or why:
+                    self.log(f"{what} called off: {why or 'reloaded'}")
+                    self.active_now(why)  # a new window from now, not the old deadline
+                    self.publish()
                     return False
                 continue
             self.log(f"{what}: {said}")
-            self.publish(state="ending", said=said)
+            self.publish(state="ended", said=said)
             return True
         return False
+
+
+def failure(err: BaseException) -> str:
+    """An error in one line: its message, and for one that is not the cloud's answer,
+    where it came from (the watcher's log is all there is to go on, on the host)."""
+    if isinstance(err, CallFailed):
+        return str(err)
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"
 
 
 def daemon_pid(folder: Path) -> int | None:
@@ -306,6 +268,11 @@ def start(folder: Path, wait_s: float = 15.0) -> int:
     """Have exactly one watcher running with DIR/config.json: a running one reloads it
     (SIGHUP), else a new one starts detached. Prints the state once it has loaded."""
     folder.chmod(0o700)
+    problem = url_problem(read_json(folder / CONFIG).get("api_url"))
+    if problem:  # every call would fail: refused here, so that the install fails
+        print(json.dumps({"error": f"{CONFIG}: api_url {problem}; the watcher would never "
+                          "reach the cloud"}))  # fmt: skip
+        return 1
     asked = time.time()
     with open(folder / "start.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -327,7 +294,9 @@ def start(folder: Path, wait_s: float = 15.0) -> int:
 
 def _spawn(folder: Path) -> None:
     """Detach (double fork, own session, no inherited descriptors: the SSH command that
-    started it ends at once), then exec `run` so that `ps` names it plainly."""
+    started it ends at once), then exec `run` so that `ps` names it plainly, with PATH as
+    its whole environment: nothing of the session that started it (a secret included)
+    lives on in the watcher."""
     first = os.fork()
     if first:
         os.waitpid(first, 0)
@@ -342,8 +311,8 @@ def _spawn(folder: Path) -> None:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.closerange(3, 1024)
-        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), "run",
-                                  str(folder)])  # fmt: skip
+        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), "run",
+                                   str(folder)], {"PATH": WATCHER_PATH})  # fmt: skip
     finally:
         os._exit(1)
 

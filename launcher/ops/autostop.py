@@ -3,8 +3,13 @@
 launcher/agent/autostop.py), and the `autostop` column of `gpujob status`.
 
 The refusals come before the first cloud call: a machine you have (`up --host`) has no API
-to end it, and on Lambda, which has no key scoped to one instance, the host can end itself
-only with the user's own key, which goes there only when `--autostop-key-on-host` says so.
+to end it (nor a price: `--max-cost` is refused there too), a host API URL that is not
+http(s) would fail every call the host makes, and on Lambda, which has no key scoped to one
+instance, the host can end itself only with the user's own key, which goes there only when
+`--autostop-key-on-host` says so.
+
+Each host's watcher comes with a hold (bootstrap.autostop): the command removes it when it
+hands its hosts over (`release_holds`, one SSH command per host).
 """
 
 from __future__ import annotations
@@ -22,6 +27,18 @@ if TYPE_CHECKING:
     from launcher.state.hosts import HostsDB
 
 KEY_VARIABLE = {"lambda": "LAMBDA_API_KEY"}
+HOLD_MARGIN_S = 600.0
+
+
+def start_bound_s(timeout_s: float) -> float:
+    """The longest a rented host bills before its autostop window can start: the wait for
+    SSH (`--timeout`), then its hold (`--timeout` + the margin) if gpujob dies before the
+    hand-over; the cost budget counts it whole."""
+    return 2 * timeout_s + HOLD_MARGIN_S
+
+
+"""A hold lasts the renting command's --timeout and this: the longest the command may still
+need a host after its bootstrap (the other hosts' boot, a job's preparation)."""
 
 
 def window_seconds(text: str | None) -> float | None:
@@ -60,13 +77,42 @@ def check_autostop(options: UpOptions) -> None:
         )
 
 
+def check_host_api(provider: Provider, options: UpOptions) -> None:
+    """The API URL the hosts will call to end themselves (GPUJOB_<CLOUD>_HOST_API_URL, else
+    the API's own): refused before the first cloud call unless it is http(s), or every
+    call from the host would fail and the host would bill for ever."""
+    if options.autostop_s is None:
+        return
+    from launcher.agent.autostop_call import url_problem
+
+    problem = url_problem(provider.autostop_call("", down=True).api_url)
+    if problem:
+        name = provider.name.upper()
+        raise UsageError(
+            f"--autostop: the API URL {provider.name} hosts would call to end themselves, "
+            f"{problem} (GPUJOB_{name}_HOST_API_URL, else GPUJOB_{name}_API_URL); nothing "
+            "was rented",
+            f"set GPUJOB_{name}_HOST_API_URL to an http(s) URL the hosts reach, or unset it",
+        )
+
+
 def refuse_on_static_host(options: UpOptions) -> None:
+    """`up --host`: the options about renting mean nothing for a machine you have; each is
+    refused rather than ignored."""
     if options.autostop_s is not None:
         raise UsageError(
             "--autostop is for hosts gpujob rents: a machine you have (--host) has no cloud "
             "API that could end it",
             "leave out --autostop, or rent one: gpujob up GPU --autostop 30m",
         )
+    for flag, given in (("--autostop-stop", options.autostop_stop),
+                        ("--autostop-key-on-host", options.autostop_key_on_host),
+                        ("--max-cost", options.max_cost is not None)):  # fmt: skip
+        if given:
+            raise UsageError(f"{flag} is for hosts gpujob rents; --host names a machine you "
+                             "have, which nothing rents or ends",
+                             f"leave out {flag}: it applies to a host `gpujob up GPU` "
+                             "rents")  # fmt: skip
 
 
 def announce(options: UpOptions, say: Callable[[str], None]) -> None:
@@ -97,9 +143,34 @@ def setup_for(provider: Provider, inst: Instance, options: UpOptions) -> Autosto
     if options.autostop_s is None:
         return None
     from launcher.bootstrap.autostop import AutostopSetup
+    from launcher.ops.rent import renting_command
 
     call = provider.autostop_call(inst.id, down=not options.autostop_stop)
-    return AutostopSetup(options.autostop_s, call)
+    return AutostopSetup(options.autostop_s, call, hold_s=options.timeout + HOLD_MARGIN_S,
+                         held_by=f"gpujob {renting_command()}")  # fmt: skip
+
+
+def release_holds(hosts: list[Instance], say: Callable[[str], None]) -> None:
+    """The hand-over: each host's hold removed, one SSH command each, on the connection
+    the command already has. A host that cannot be reached keeps its hold until it
+    expires, then its window runs: said, and the command goes on."""
+    from launcher.bootstrap.autostop import FOLDER, HOLD_FILE
+    from launcher.errors import GpujobError
+    from launcher.providers.ssh import connect, instance_entry
+
+    for inst in hosts:
+        try:
+            conn = connect(instance_entry(inst))
+            try:
+                done = conn.run(["rm", "-f", f"{FOLDER}/{HOLD_FILE}"])  # from the login's home
+            finally:
+                conn.close()
+            said = None if done.ok else (done.stderr.strip() or f"exit {done.exit_code}")
+        except (GpujobError, OSError) as err:
+            said = err.one_line() if isinstance(err, GpujobError) else str(err)
+        if said:
+            say(f"autostop: could not release the hold on {inst.name} ({said}); its window "
+                "starts when the hold expires")  # fmt: skip
 
 
 def record(db: HostsDB, provider: Provider, inst: Instance, options: UpOptions) -> None:
@@ -135,7 +206,7 @@ def autostop_text(recorded: dict[str, Any], state: dict[str, Any], now: float) -
     head = f"{show_duration(float(recorded['idle_s']))} idle -> {recorded['action']}"
     if not state:
         return f"{head}; idle since unknown (not connected)"
-    if state.get("state") in ("ending", "retrying"):
+    if state.get("state") in ("ending", "retrying", "ended"):
         return f"{head}; ending now ({state['state']})"
     if state.get("busy"):
         return f"{head}; busy: {state['busy']}"

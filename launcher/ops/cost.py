@@ -1,8 +1,9 @@
 """The cost budget: what a rental may cost at most, checked before the launch call, and what
 rented hosts have cost against the budget they were rented under (`gpujob status`).
 
-A rental's bound is its price over the longest it can bill: the wait for its hosts to boot
-(`--timeout`), the job's `max_duration`, and the autostop window (how long an idle host waits
+A rental's bound is its price over the longest it can bill: its start (the wait for its
+hosts, `--timeout`, and the hold until the command hands them over), the job's
+`max_duration`, and the autostop window (how long an idle host waits
 before it ends itself, from the host). Autostop is what ends hosts that outlive the command,
 so a budget without it is refused rather than guessed at. The budget is
 `--max-cost DOLLARS`, else `budget: {max_cost: DOLLARS}` in the user config.
@@ -67,15 +68,16 @@ class CostCleared:
 
 
 def rental_bound(
-    boot_s: float | None, max_duration_s: float | None, autostop_s: float | None
+    start_s: float | None, max_duration_s: float | None, autostop_s: float | None
 ) -> Bound | None:
-    """The longest a rental can bill: the wait for its hosts (`--timeout`: the command ends
-    them if they are not up by then), the job's `max_duration`, then the autostop window,
-    which alone ends hosts that outlive the command; None without autostop."""
+    """The longest a rental can bill: its start (the wait for the hosts, after which the
+    command ends them, and, should gpujob die before it hands them over, the hold that keeps
+    autostop off until then: ops.autostop.start_bound_s), the job's `max_duration`, then the
+    autostop window, which alone ends hosts that outlive the command; None without it."""
     if not autostop_s:
         return None
     parts = [(name, float(seconds)) for name, seconds in
-             (("boot", boot_s), ("max_duration", max_duration_s), ("autostop", autostop_s))
+             (("start", start_s), ("max_duration", max_duration_s), ("autostop", autostop_s))
              if seconds]  # fmt: skip
     return Bound(tuple(parts))
 

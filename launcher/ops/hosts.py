@@ -133,6 +133,7 @@ def _offers(
     """The offers, cheapest first, once the budget allows the cheapest; the request comes
     back capped so a launch falling back to a dearer offer stays within the budget, with
     each host's share of the budget (None without one)."""
+    from launcher.ops.autostop import start_bound_s
     from launcher.ops.cost import budget_for, clear_cost, rental_bound, require_bound
 
     request = parse_gpu_request(options.gpu, min_disk_gb=options.disk,
@@ -140,15 +141,17 @@ def _offers(
     if options.count < 1:
         raise UsageError("--count must be at least 1")
     budget = budget_for(options.max_cost)
-    bound = rental_bound(options.timeout, options.max_duration_s, options.autostop_s)
+    bound = rental_bound(start_bound_s(options.timeout), options.max_duration_s,
+                         options.autostop_s)  # fmt: skip
     require_bound(budget, bound)  # before any cloud call
-    from launcher.ops.autostop import announce, check_autostop
+    from launcher.ops.autostop import announce, check_autostop, check_host_api
 
     check_autostop(options)  # before any cloud call too
-    announce(options, say)
     from launcher.providers.registry import get_provider
 
     provider = get_provider(options.provider)
+    check_host_api(provider, options)  # before any cloud call
+    announce(options, say)
     if options.filesystem:
         if not hasattr(provider, "use_filesystem"):
             raise UsageError(f"--filesystem is for Lambda; {provider.name} has none",
@@ -226,6 +229,8 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
             from launcher.ops.autostop import record
 
             record(db, provider, inst, options)  # its watcher runs: `status` shows it
+            if options.autostop_s is not None:
+                rent.hold(name)  # held until the hand-over (ops.rent)
         rent.update(name, inst, "running")
         show(f"{name}: ready at {inst.ip}:{inst.ssh_port}", task)
         return inst

@@ -8,6 +8,10 @@ launch answer was lost included (found by its tag). A launch that answers after 
 stopped waiting is terminated by the worker that sent it. Every host is recorded before its
 launch call, so what even this misses (the process killed outright) is reconciled by the
 next `up` or `down`.
+
+A host with autostop is held (its watcher counts it busy) from its bootstrap until the hand
+over, which releases the holds (ops.autostop.release_holds): no host ends itself while its
+command still needs it, and one the command left behind ends once its hold expires.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Rent:
         self.made: dict[str, Instance] = {}
         self.in_flight: set[str] = set()
         self.unanswered: list[str] = []  # launches whose answer was lost
+        self.holds: set[str] = set()  # hosts whose autostop watcher holds until the hand-over
         self.kept = False
         self.closed = False
         self.why = "failed"
@@ -103,9 +108,22 @@ class Rent:
             self.made[name] = inst
             db.update(name, inst, status=status)
 
+    def hold(self, name: str) -> None:
+        """`name`'s autostop watcher runs, held until the hand-over (a worker thread)."""
+        with self._lock:
+            self.holds.add(name)
+
     def keep(self) -> None:
-        """Handed over: the hosts outlive the command."""
+        """Handed over: the hosts outlive the command, and their autostop holds go (the
+        window of each runs from now)."""
         self.kept = True
+        with self._lock:
+            held = [self.made[name] for name in sorted(self.holds) if name in self.made]
+            self.holds.clear()
+        if held:
+            from launcher.ops.autostop import release_holds
+
+            release_holds(held, tell)
 
     def undo(self, interrupted: bool) -> None:
         """Terminate everything launched; the waiting for launches still in flight ends at a
@@ -191,6 +209,11 @@ def renting(what: str) -> Iterator[Rent]:
                 rent.undo(interrupted=False)
         finally:
             _open.remove(rent)
+
+
+def renting_command() -> str:
+    """The command renting now (`up`, `submit --up`), as the holds name it."""
+    return _open[-1].what if _open else "up"
 
 
 def current() -> Rent:

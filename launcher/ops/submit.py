@@ -46,6 +46,9 @@ def submit(options: SubmitOptions) -> int:
     if options.max_cost is not None and not options.up:
         raise UsageError("--max-cost goes with --up (a rental's budget)",
                          "add --up GPU, or leave --max-cost out")  # fmt: skip
+    if options.autostop_key_on_host and not options.up:
+        raise UsageError("--autostop-key-on-host goes with --up (a rented host's autostop)",
+                         "add --up GPU, or leave --autostop-key-on-host out")  # fmt: skip
     if options.up and not options.dry_run:
         # Every way out before the job has started (an error, a refusal, Ctrl-C, SIGTERM,
         # SIGHUP) terminates what --up rented; the job's start hands the hosts over.

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "https://console.vast.ai/api/v0"
 DEFAULT_IMAGE = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime"
-ONSTART = "touch ~/.no_auto_tmux; env | grep _ >> /etc/environment"
+ONSTART = (
+    "touch ~/.no_auto_tmux; "
+    '[ -n "$CONTAINER_API_KEY" ] && (umask 077; mkdir -p ~/.gpujob/autostop && '
+    'printf "%s\\n" "$CONTAINER_API_KEY" > ~/.gpujob/autostop/instance-key); '
+    "env | grep _ | grep -v '^CONTAINER_API_KEY=' >> /etc/environment"
+)
+"""Run by Vast at every container start. SSH sessions get the container's variables from
+/etc/environment (world-readable), all but the instance's own key: that goes to a 0600 file
+of its own (umask 077), where only the autostop watcher reads it."""
 MIN_RELIABILITY = 0.95
 MIN_CUDA = 12.1
 MIN_DISK_GB = 20

@@ -83,7 +83,11 @@ COMPLETE_FOLDER = re.compile(r"^(?:checkpoint|step|global_step)[-_]?\{step\}$")
 
 
 class CheckpointSpec(StrictModel):
-    dir: str = Field(default="checkpoints", description="Relative to the job directory.")
+    dir: str = Field(
+        default="checkpoints",
+        description="Relative to the job directory, or absolute on the host (mounted into a "
+        "container at the same path).",
+    )
     keep_last: int | None = Field(
         default=3,
         ge=1,
@@ -121,8 +125,13 @@ class CheckpointSpec(StrictModel):
     @field_validator("dir")
     @classmethod
     def _relative(cls, value: str) -> str:
-        if value.startswith("/") or ".." in value.split("/"):
-            raise ValueError("must be a path inside the job directory (relative, no `..`)")
+        """Relative to the job's folder, or an absolute folder of the host (a larger disk,
+        `/ckpt/run`), mounted into a container at the same path; never `..`, never `/`."""
+        if ".." in value.split("/") or not value.strip("/"):
+            raise ValueError(
+                "a folder inside the job directory (`checkpoints`), or an absolute folder of the "
+                "host (`/ckpt/run`); no `..`"
+            )
         return value
 
     @field_validator("complete_when")

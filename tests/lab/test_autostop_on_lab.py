@@ -1,12 +1,16 @@
 """Autostop through the real CLI, against the provider fakes backed by real lab hosts: a host
 that nobody uses ends itself from the host, with nothing of gpujob running on this machine;
-a running job or an open SSH session keeps it up past its window; the Lambda key an opted-in
-host holds is found in its one 0600 file and nowhere else.
+a host waiting for the other hosts of its command is held past its window until the command
+hands them over; a running job or an open SSH session keeps it up past its window; the
+Lambda key an opted-in host holds, and a Vast host's own instance key, are each found in
+their one 0600 file and nowhere else of gpujob's.
 
 The hosts reach the fakes (on this machine's loopback) through socat forwards on the lab
 bridge (infra.lab.forwards), as they reach the lab's S3. Nothing here waits on a clock: each
 step polls what the user would look at (the fake's instance, the watcher's own state file on
-the host) with a deadline that only guards against a hang.
+the host) with a deadline that only guards against a hang. What is read while a host must
+still be up uses a window far longer than the reading (10m), or the watcher's own record of
+its looks.
 """
 
 from __future__ import annotations
@@ -140,15 +144,68 @@ def test_an_idle_lambda_host_terminates_itself_with_no_gpujob_running_here(
     shown = json.loads(gpujob(env, "status", "--json").stdout)["hosts"]
     (row,) = [h for h in shown if h["name"] == name]
     assert (row["autostop"]["idle_s"], row["autostop"]["action"]) == (20, "terminate")
-    assert row["autostop"]["deadline"] is not None, (row, watcher(backend, instance_id))
-    assert "20s idle -> terminate; ends at" in gpujob(env, "status").stdout
 
     nothing_of_gpujob_here(env)
-    assert alive(fake, "lambda", instance_id)  # still up: its window runs from its last use
     wait_until(lambda: ended(fake, "lambda", instance_id), "the idle host ends itself", 180)
     call = the_end_came_from_the_host(fake, "lambda", instance_id, "account")
     assert call["body"] == {"instance_ids": [instance_id]}
     wait_until(lambda: not backend.records, "the lab host of the instance goes")
+
+
+def test_status_shows_the_deadline_of_a_host_up_handed_over(
+    env: dict[str, str], clouds: dict[str, RunningFake], backend: Any
+) -> None:
+    """`up` released its hold as it handed the host over: the watcher counts the window
+    from then, and `status` shows when the host will end."""
+    name, instance_id, _ = up(env, "lambda", "--autostop", "10m", "--autostop-key-on-host")
+    row = next(h for h in json.loads(gpujob(env, "status", "--json").stdout)["hosts"]
+               if h["name"] == name)  # fmt: skip
+    assert row["autostop"]["deadline"] is not None, (row, watcher(backend, instance_id))
+    assert "10m idle -> terminate; ends at" in gpujob(env, "status").stdout
+    assert not (host_root(backend, instance_id) / ".gpujob" / "autostop" / "hold").exists()
+    assert alive(clouds["lambda"], "lambda", instance_id)
+    assert f"terminated {name}" in gpujob(env, "down", name).stdout
+
+
+def listed(fake: RunningFake) -> list[str]:
+    reply = requests.get(f"{fake.url}/instances", timeout=10,
+                         headers={"Authorization": f"Bearer {LAMBDA_API_KEY}"})  # fmt: skip
+    return [i["id"] for i in reply.json()["data"]]
+
+
+def test_a_host_waiting_for_the_other_hosts_of_its_up_is_held_past_its_window(
+    env: dict[str, str], clouds: dict[str, RunningFake], backend: Any
+) -> None:
+    """`up --count 2 --autostop 5s` with the second host slow to boot: the first one's
+    watcher runs, and is held busy past its window (its own looks say so) until `up` hands
+    both over; then each ends itself."""
+    fake = clouds["lambda"]
+    fake.control.knobs(boot_forever=True)  # each new instance boots until let go
+    running = subprocess.Popen([GPUJOB, "up", "a100", "--count", "2", "--provider", "lambda",
+                                "--yes", "--allow-cpu", "--timeout", "300", "--autostop", "5s",
+                                "--autostop-key-on-host"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_until(lambda: len(listed(fake)) == 2, "both hosts launched")
+        first, second = listed(fake)
+        fake.control.instance(first, stuck=False)
+        wait_until(lambda: "loaded_at" in watcher(backend, first), "the first host's watcher")
+        since = watcher(backend, first)["loaded_at"]
+        wait_until(lambda: busy_past_its_window(backend, first, "held by gpujob up", since),
+                   "the first host held past its window", 120)  # fmt: skip
+        assert alive(fake, "lambda", first)
+        fake.control.instance(second, stuck=False)
+        out, err = running.communicate(timeout=300)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    assert running.returncode == 0, err
+    printed = [line for line in out.splitlines() if "\tlambda\t" in line]
+    assert len(printed) == 2 and "could not release" not in err, (out, err)
+    for instance_id in (first, second):
+        wait_until(lambda i=instance_id: ended(fake, "lambda", i), "each host ends itself", 180)
+        the_end_came_from_the_host(fake, "lambda", instance_id, "account")
 
 
 @pytest.mark.parametrize("flags", [(), ("--autostop-stop",)], ids=["destroy", "stop"])
@@ -207,6 +264,7 @@ def test_a_running_job_then_an_open_ssh_session_keep_the_host_up_past_its_window
         f"{fake.url}/instances", headers={"Authorization": f"Bearer {LAMBDA_API_KEY}"},
         timeout=10).json()["data"]]  # fmt: skip
     root = host_root(backend, instance_id)
+    assert not (root / ".gpujob" / "autostop" / "hold").exists()  # released once it started
     started = watcher(backend, instance_id)["loaded_at"]
     wait_until(lambda: busy_past_its_window(backend, instance_id, f"job {job_id}", started),
                "the watcher sees the job past its window", 300)  # fmt: skip
@@ -279,4 +337,59 @@ def test_the_lambda_key_is_only_in_its_0600_file_on_an_opted_in_host(
                 path = Path(folder, file)
                 if path.is_file() and not path.is_socket():
                     assert key not in path.read_bytes(), path
+    assert f"terminated {name}" in gpujob(env, "down", name).stdout
+
+
+def test_the_vast_instance_key_is_only_in_its_0600_file_on_the_host(
+    env: dict[str, str], clouds: dict[str, RunningFake], backend: Any
+) -> None:
+    """The instance's own key, in the container: every file of /root, /etc, /tmp, /var,
+    /home, /run and /workspace, and every process of the container (command line and
+    environment). The file is the one the onstart wrote, mode 0600; /etc/environment, which
+    every login reads, has it no more.
+
+    Processes: the key is in the environment Vast gives the container (here Docker's
+    `Config.Env`, checked below), so PID 1 starts with it. In the lab PID 1 is the emulated
+    entrypoint exec'd into `sshd -D`, and sshd writes its process title over that memory
+    (setproctitle), so /proc shows the key in no process of the container: not PID 1, not
+    the sessions sshd starts (with an environment of their own), not the autostop watcher.
+    On Vast, PID 1's environment is Vast's own and may still show it; no process of
+    gpujob's may."""
+    name, instance_id, _ = up(env, "vast", "--autostop", "10m")
+    key = clouds["vast"].api.books.instances[int(instance_id)].api_key.encode()
+    record = backend.records[instance_id]
+    pid1 = int(backend._docker(record["docker_host"], ["inspect", "-f", "{{.State.Pid}}",
+                                                       record["container"]]))  # fmt: skip
+    root = Path(f"/proc/{pid1}/root")
+    key_file = root / "root" / ".gpujob" / "autostop" / "instance-key"
+    wait_until(key_file.exists, "the onstart writes the key file")
+    found = []
+    for top in ("root", "etc", "tmp", "var", "home", "run", "workspace"):
+        for folder, _, files in os.walk(root / top):
+            for file in files:
+                path = Path(folder, file)
+                if path.is_file() and not path.is_symlink() and key in path.read_bytes():
+                    found.append(path)
+    assert found == [key_file]
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert key not in (root / "etc" / "environment").read_bytes()
+
+    space = os.readlink(f"/proc/{pid1}/ns/pid")
+    carriers, watchers = {}, []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") != space:
+                continue  # not the container's
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue  # ended since the listing
+        watchers += [int(pid)] if b"gpujob-autostop.py\0run" in cmdline else []
+        if key in cmdline + environ:
+            carriers[int(pid)] = comm
+    assert len(watchers) == 1 and carriers == {}, (watchers, carriers)
+    given = backend._docker(record["docker_host"], ["inspect", "-f", "{{json .Config.Env}}",
+                                                    record["container"]])  # fmt: skip
+    assert f"CONTAINER_API_KEY={key.decode()}" in json.loads(given)  # the container's own
     assert f"terminated {name}" in gpujob(env, "down", name).stdout

@@ -23,16 +23,16 @@ FLAG = Budget(10.0, "--max-cost", "raise --max-cost")
 A100 = 1.29  # the Lambda fake's 1x A100, $/hour
 
 
-BOOT = 1200.0  # `--timeout`'s default: the longest a host is waited for before it is ended
+BOOT = 3000.0  # the start at `--timeout`'s default: 20 min of boot + 30 min of hold
 
 
 @pytest.mark.parametrize(("budget", "hosts", "price", "duration", "autostop", "said"), [
     (FLAG, 2, 1.29, 8 * 3600, 1800,
-     "--max-cost $10.00: 2 x $1.29/h x 8.83h (boot 20m + max_duration 8h + autostop 30m) = "
-     "$22.79. lower the time limit or the autostop window, or raise --max-cost"),
+     "--max-cost $10.00: 2 x $1.29/h x 9.33h (start 50m + max_duration 8h + autostop 30m) = "
+     "$24.08. lower the time limit or the autostop window, or raise --max-cost"),
     (FLAG, 1, 2.0, None, 6 * 3600,
-     "--max-cost $10.00: 1 x $2.00/h x 6.33h (boot 20m + autostop 6h) = $12.67"),
-    (FLAG, 1, 1.2501, None, 8 * 3600, "1 x $1.2501/h x 8.33h (boot 20m + autostop 8h) = $10.42"),
+     "--max-cost $10.00: 1 x $2.00/h x 6.83h (start 50m + autostop 6h) = $13.67"),
+    (FLAG, 1, 1.2501, None, 8 * 3600, "1 x $1.2501/h x 8.83h (start 50m + autostop 8h) = $11.04"),
     (FLAG, 3, 1.0, 3600, None, "--max-cost $10.00: nothing ends the hosts once the command"),
 ], ids=["two-hosts", "autostop-only", "sub-cent-price", "max-duration-is-no-bound"])  # fmt: skip
 def test_a_rental_over_its_budget_is_refused_with_the_arithmetic(
@@ -46,10 +46,10 @@ def test_a_rental_over_its_budget_is_refused_with_the_arithmetic(
 
 @pytest.mark.parametrize(("budget", "hosts", "autostop", "line", "max_price"), [
     (FLAG, 1, 3600,
-     "cost: at most 1 x $1.29/h x 1.33h (boot 20m + autostop 1h) = $1.72, within --max-cost "
-     "$10.00", 10 / (4 / 3)),
-    (FLAG, 2, 3600, "= $3.44, within --max-cost $10.00", 5 / (4 / 3)),
-    (None, 2, 3600, "cost: at most 2 x $1.29/h x 1.33h (boot 20m + autostop 1h) = $3.44", None),
+     "cost: at most 1 x $1.29/h x 1.83h (start 50m + autostop 1h) = $2.37, within --max-cost "
+     "$10.00", 10 / (11 / 6)),
+    (FLAG, 2, 3600, "= $4.73, within --max-cost $10.00", 5 / (11 / 6)),
+    (None, 2, 3600, "cost: at most 2 x $1.29/h x 1.83h (start 50m + autostop 1h) = $4.73", None),
     (None, 2, None, None, None),
 ], ids=["within", "two-hosts-within", "no-budget", "nothing-to-say"])  # fmt: skip
 def test_a_rental_within_its_budget_says_what_it_costs_at_most(
@@ -103,8 +103,8 @@ def test_submit_up_over_the_budget_is_refused_before_the_launch(
                   "--autostop-key-on-host")  # fmt: skip
     assert done.exit_code == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last == ("gpujob: error: --max-cost $10.00: 2 x $1.29/h x 8.83h (boot 20m + "
-                    "max_duration 8h + autostop 30m) = $22.79. lower the time limit or the "
+    assert last == ("gpujob: error: --max-cost $10.00: 2 x $1.29/h x 9.33h (start 50m + "
+                    "max_duration 8h + autostop 30m) = $24.08. lower the time limit or the "
                     "autostop window, or raise --max-cost")  # fmt: skip
     nothing_launched(lam)
 
@@ -130,8 +130,8 @@ def test_the_budget_comes_from_the_user_config(
     spec = job(tmp_path, "max_duration: 8h\nresources: {autostop: {idle_minutes: 30}}\n")
     done = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu", "--autostop-key-on-host")
     assert done.exit_code == 2, done.stderr
-    said = (f"budget.max_cost ({config}:3) $5.00: 1 x $1.29/h x 8.83h (boot 20m + max_duration "
-            f"8h + autostop 30m) = $11.40. lower the time limit or the autostop window, or "
+    said = (f"budget.max_cost ({config}:3) $5.00: 1 x $1.29/h x 9.33h (start 50m + max_duration "
+            f"8h + autostop 30m) = $12.04. lower the time limit or the autostop window, or "
             f"raise budget.max_cost in {config}")  # fmt: skip
     assert said in done.stderr
     nothing_launched(lam)
@@ -139,8 +139,8 @@ def test_the_budget_comes_from_the_user_config(
     dry = gpujob("submit", str(spec), "--up", "a100", "--max-cost", "20", "--dry-run",
                  "--autostop-key-on-host")  # fmt: skip
     assert dry.exit_code == 0, dry.stderr
-    assert ("cost: at most 1 x $1.29/h x 8.83h (boot 20m + max_duration 8h + autostop 30m) = "
-            "$11.40, within --max-cost $20.00") in dry.stderr  # fmt: skip
+    assert ("cost: at most 1 x $1.29/h x 9.33h (start 50m + max_duration 8h + autostop 30m) = "
+            "$12.04, within --max-cost $20.00") in dry.stderr  # fmt: skip
     nothing_launched(lam)
 
 
