@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from planning import exports, plan_of, run_sh, spec_of, target, torchrun_argv, written
+from pydantic import ValidationError
 
 from launcher.errors import UsageError
 from launcher.plan.model import RunCommand
@@ -146,3 +147,16 @@ def test_an_image_definition_is_named_under_the_registry(monkeypatch: pytest.Mon
     monkeypatch.setenv("GPUJOB_REGISTRY", "10.77.0.1:5000")
     monkeypatch.setenv("GPUJOB_IMAGE_REPO", "gpujob-lab/job")
     assert image_reference("lab-cpu", lab_cpu()) == IMAGE
+
+
+def test_an_absolute_checkpoint_folder_is_mounted_at_the_same_path() -> None:
+    spec = spec_of(checkpoints={"dir": "/ckpt/run"})
+    plan = plan_of(spec, DOCKER_TWO)
+    assert "/ckpt/run:/ckpt/run" in docker_argv(plan, 0)
+    assert exports(run_sh(plan, 0))["GPUJOB_CHECKPOINT_DIR"] == "/ckpt/run"
+
+
+@pytest.mark.parametrize("folder", ["/", "../elsewhere", "/ckpt/../etc"])
+def test_a_checkpoint_folder_of_dots_or_the_root_is_refused(folder: str) -> None:
+    with pytest.raises(ValidationError, match=r"no `\.\.`"):
+        spec_of(checkpoints={"dir": folder})
