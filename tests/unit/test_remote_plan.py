@@ -150,7 +150,7 @@ def test_an_image_definition_is_named_under_the_registry(monkeypatch: pytest.Mon
 
 
 def test_an_absolute_checkpoint_folder_is_mounted_at_the_same_path() -> None:
-    spec = spec_of(checkpoints={"dir": "/ckpt/run"})
+    spec = spec_of(nodes=2, checkpoints={"dir": "/ckpt/run"})
     plan = plan_of(spec, DOCKER_TWO)
     assert "/ckpt/run:/ckpt/run" in docker_argv(plan, 0)
     assert exports(run_sh(plan, 0))["GPUJOB_CHECKPOINT_DIR"] == "/ckpt/run"
