@@ -117,3 +117,31 @@ def test_cancel_reaches_the_program_under_a_shell_block_and_launcher_none(
     shown = gpujob(tmp_path, "status", "--json")
     job = next(row for row in json.loads(shown.stdout)["jobs"] if row["id"] == "traps")
     assert job["state"] == "cancelled"
+
+
+def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_behind(
+    tmp_path: Path,
+) -> None:
+    """A real Ray cluster (Ray from the dev extras; `image: host` runs this venv's python3):
+    node 0 starts the head, node 1 joins, the driver pins a task to each node; afterwards no
+    Ray process is left on the machine (`ray stop` on every node; no other test runs Ray)."""
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
+    argv = [GPUJOB, "submit", "jobs/ray.yaml", "--job-id", "ray-e2e"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "[node 0] [gpujob] ray: 2 node(s) in the cluster" in done.stdout
+    assert "[node 1] [gpujob] ray: node 1 (127.0.0.1) joined" in done.stdout
+    assert "[node 0] driver: 2 node(s) in the cluster" in done.stdout
+    assert "[node 0] task on node 1: ran at" in done.stdout
+    left = [p.name for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _comm(p) in ("raylet", "gcs_server")]  # fmt: skip
+    assert left == [], f"Ray processes left: {left}"
+
+
+def _comm(proc: Path) -> str:
+    try:
+        return (proc / "comm").read_text().strip()
+    except OSError:
+        return ""
