@@ -64,7 +64,9 @@ def run_argv(
         "docker", "run", "--detach",
         "--name", container_name(job_id, rank),
         "--label", f"{LABEL}={job_id}", "--label", f"gpujob.node={rank}",
-        "--init",
+        # docker's init (tini) passes `docker stop`'s SIGTERM to its child's whole process
+        # group, so a program under a shell block hears it too, not only bash
+        "--init", "--env", "TINI_KILL_PROCESS_GROUP=1",
     ]  # fmt: skip
     if target.host_gpus > 0:
         argv += ["--gpus", "all"]

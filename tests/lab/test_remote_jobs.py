@@ -320,3 +320,28 @@ def test_ppo_on_two_hosts_is_one_world_of_four_with_checkpoints(
     assert "[node 0] ppo step 8/8 score" in out
     state = docker_lab.root(0) / ".gpujob/jobs/ppo-2/checkpoints/checkpoint-8/trainer_state.json"
     assert json.loads(state.read_text())["global_step"] == 8
+
+
+def test_cancel_reaches_a_program_under_a_shell_block_in_a_container(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    """`docker stop` signals the container's init; the program two shells down must hear
+    SIGTERM (and may save) before the grace ends, not be killed at it."""
+    program = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n    print('TERM heard', flush=True)\n    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\nprint('waiting', flush=True)\ntime.sleep(600)\n"
+    )
+    spec = write_job(tmp_path, program)
+    spec.write_text(spec.read_text().replace(
+        "run:\n  entrypoint: prog.py\n  nproc_per_node: 1\n  rdzv_timeout_s: 60\n",
+        "run: |\n  bash -c 'python3 prog.py'\n",
+    ))  # fmt: skip
+    started = gpujob(env, "submit", str(spec), "--on", "ta", "--detach", "--job-id", "trapped")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    wait_until(lambda: b"waiting" in docker_lab.job_log(0, "trapped"), "the program to start")
+    cancelled = gpujob(env, "cancel", "trapped", "--grace", "20")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert b"TERM heard" in docker_lab.job_log(0, "trapped")
+    assert status_of(env, "trapped")["state"] == "cancelled"
+    assert containers(docker_lab, 0, "trapped") == []
