@@ -75,6 +75,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
     from launcher.plan.show import plan_json, plan_text
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_job_spec
+    from launcher.state.owner import user_name
     from launcher.storage.preflight import preflight
 
     loaded = load_job_spec(options.spec_path, options.sets)
@@ -99,6 +100,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
         agent_modules=AGENT_MODULES,
+        user=user_name(),
     )
 
     def plan_for(target: Any, image: Any, report: Any = say) -> Any:

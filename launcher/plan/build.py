@@ -61,7 +61,8 @@ COPY_WORKDIR = 'mkdir -p "$1" "$2" && cp -a "$1/." "$2/"'
 
 @dataclass(frozen=True)
 class Sources:
-    """Files shipped from this machine: the workdir and the agent's own source."""
+    """What comes from this machine: the workdir and the agent's own source (shipped), and
+    who submits (SKYPILOT_USER on every node)."""
 
     workdir: str
     agent: str
@@ -69,6 +70,7 @@ class Sources:
     spec_where: str = "the job spec"
     excludes: tuple[str, ...] = ()
     agent_modules: tuple[str, ...] = ()
+    user: str = ""
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,8 @@ def _node_plan(
     shell_block = user_run_file(spec)
     if shell_block is not None:
         steps.append(WriteFile(path=f"{node_dir}/{USER_RUN_FILE}", content=shell_block))
-    node = NodeContext(spec, target, rank, job_dir, node_dir, python, values, sources.spec_where)
+    node = NodeContext(spec, target, rank, job_dir, node_dir, python, values, sources.spec_where,
+                       sources.user)  # fmt: skip
     steps.append(WriteFile(path=f"{node_dir}/run.sh", content=run_script(node), mode=0o755))
     secret_file = secrets_file(target, node_dir, secrets)
     if secret_file is not None:

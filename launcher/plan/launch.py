@@ -39,6 +39,7 @@ class NodeContext:
     python: str
     values: dict[str, str]
     spec_where: str = "the job spec"
+    user: str = ""
 
     @property
     def addresses(self) -> list[str]:
@@ -72,6 +73,8 @@ def node_env(node: NodeContext) -> dict[str, str]:
         SKYPILOT_SETUP_NUM_GPUS_PER_NODE=gpus,
         SKYPILOT_CLUSTER_INFO=cluster_info(node),
     )
+    if node.user:  # who submitted, as SkyPilot's SKYPILOT_USER says
+        env["SKYPILOT_USER"] = node.user
     env.update(spec.nccl)
     env.update(spec.envs)
     if spec.run.serialize_init:

@@ -48,10 +48,12 @@ def quickstart_python() -> str:
 
 @pytest.fixture
 def fixed_dirs(gpujob: Callable, monkeypatch: pytest.MonkeyPatch) -> Callable:
-    """Fake state and cache dirs (never created by a dry run), run from the repo root, on a
-    machine that runs the image's Python: the golden plan is the same on every Python."""
+    """Fake state and cache dirs (never created by a dry run), one user name, run from the
+    repo root, on a machine that runs the image's Python: the golden plan is the same on
+    every machine and Python."""
     monkeypatch.setenv("GPUJOB_STATE_DIR", "/state")
     monkeypatch.setenv("GPUJOB_CACHE_DIR", "/cache")
+    monkeypatch.setenv("LOGNAME", "golden")  # SKYPILOT_USER on every node
     monkeypatch.chdir(REPO)
     monkeypatch.setattr("launcher.providers.local.sys", PythonRunning(quickstart_python()))
     return gpujob
