@@ -171,7 +171,10 @@ def config_budget() -> Budget | None:
         raise UsageError(f"{path}: YAML syntax error: {err}".split("\n")[0]) from None
     if not isinstance(data, dict) or data.get("budget") is None:
         return None
-    lines = _key_lines(node)
+    from launcher.spec.yaml_lines import record_lines
+
+    lines: dict[tuple[str | int, ...], int] = {}
+    record_lines(node, (), lines)
     body = data["budget"]
     where = f"{path}:{lines.get(('budget',), 1)}"
     if not isinstance(body, dict) or set(body) != {"max_cost"}:
@@ -187,14 +190,3 @@ def config_budget() -> Budget | None:
             f"e.g. {CONFIG_EXAMPLE}",
         )
     return Budget(float(amount), f"budget.max_cost ({where})", f"raise budget.max_cost in {path}")
-
-
-def _key_lines(node: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
-    """Each mapping key's line (1-based), by its path of keys."""
-    found: dict[tuple[str, ...], int] = {}
-    if node is not None and getattr(node, "id", "") == "mapping":
-        for key, value in node.value:
-            path = (*prefix, str(key.value))
-            found[path] = key.start_mark.line + 1
-            found.update(_key_lines(value, path))
-    return found
