@@ -3,8 +3,11 @@
 # installs only what is missing and starts dockerd only if none answers.
 set -euo pipefail
 
+# slurm*/munge: the lab's SLURM cluster (infra/lab/slurm.py); their services are not started
+# here (no systemd), the lab runs the daemons itself with its own config and munge key.
 PACKAGES=(docker.io openssh-server openssh-client iproute2 rclone debootstrap docker-registry
-          shellcheck util-linux procps rsync socat iptables)
+          shellcheck util-linux procps rsync socat iptables
+          slurmctld slurmd slurm-client munge)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -6,7 +6,8 @@
 how to reach it. Both take `dry_run`: the steps are values
 (title, literal commands, action), printed by a dry run and carried out by a real one.
 Modules: state (records, lock, daemons), network (bridge, veths), boot (sshd and dockerd
-in a host's namespaces), hosts (the public host API), registry, s3, base_image, job_image.
+in a host's namespaces), hosts (the public host API), registry, s3, base_image, job_image,
+slurm (+ slurm_conf: a SLURM cluster on lab hosts, `up(slurm_cluster=True)`).
 Standard library only at import time; boto3 and docker are imported where used.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from infra.lab import base_image, boot, forwards, network, registry, s3, state
+from infra.lab import base_image, boot, forwards, network, registry, s3, slurm, state
 from infra.lab.hosts import (
     LabHost,
     create_host,
@@ -49,7 +50,9 @@ class Step:
     commands: list[list[str]] = field(default_factory=list)
 
 
-def up(*, hosts: int = 2, dry_run: bool = False, report: Report = print) -> None:
+def up(
+    *, hosts: int = 2, slurm_cluster: bool = False, dry_run: bool = False, report: Report = print
+) -> None:
     """Start whatever part of the lab is not running; a second call changes nothing."""
     if not dry_run:
         _require_root()
@@ -73,6 +76,10 @@ def up(*, hosts: int = 2, dry_run: bool = False, report: Report = print) -> None
         ))  # fmt: skip
     steps.append(Step("provider API fakes (infra.fakes), forwarded to the bridge for the hosts",
                       lambda: _start_fakes(report), [forwards.forward_argv("PORT")]))  # fmt: skip
+    if slurm_cluster:
+        steps.append(Step(f"SLURM cluster (munged, {slurm.CONTROLLER}, "
+                          f"{' '.join(slurm.NODES)}, login host {slurm.LOGIN})",
+                          slurm.up, slurm.dry_run_commands()))  # fmt: skip
     _carry_out(steps, dry_run, report)
 
 
@@ -83,6 +90,10 @@ def down(*, dry_run: bool = False, report: Report = print) -> None:
     lab = state.read_state()
     names = sorted(set(lab["hosts"]) | set(network.lab_namespaces()))
     steps = [Step("provider API fakes and their forwards", lambda: _stop_fakes(report))]
+    if "slurm" in lab or set(slurm.HOSTS) & set(names) or slurm.layout().root.exists():
+        steps.append(Step("SLURM cluster: slurmd, slurmctld, munged, its hosts and folder",
+                          slurm.down, slurm.down_commands()))  # fmt: skip
+        names = [name for name in names if name not in slurm.HOSTS]
     steps += [
         Step(f"host {name}", lambda name=name: destroy_host(name),
              [["kill", "-KILL", "<every pid in netns " + name + ">"], ["ip", "netns", "del", name],
@@ -118,6 +129,11 @@ def env_vars() -> dict[str, str]:
         env["GPUJOB_LAB_S3_HOST_ENDPOINT"] = s3.endpoint(for_hosts=True)
         env.update(s3.credentials())
     env.update(lab.get("fakes", {}))
+    cluster = slurm.cluster()
+    if cluster is not None:
+        env["GPUJOB_LAB_SLURM_LOGIN"] = cluster.login.address
+        env["GPUJOB_LAB_SLURM_SHARED"] = str(cluster.shared)
+        env["GPUJOB_LAB_SLURM_CONF"] = str(cluster.conf)
     return env
 
 

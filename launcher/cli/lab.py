@@ -52,10 +52,15 @@ def lab() -> None:
 
 @lab.command("up")
 @click.option("--hosts", default=2, show_default=True, help="Static SSH hosts to start.")
+@click.option(
+    "--slurm",
+    is_flag=True,
+    help="Also a SLURM cluster: controller, two CPU nodes, a login host with sshd.",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be started; change nothing.")
-def lab_up(hosts: int, dry_run: bool) -> None:
+def lab_up(hosts: int, slurm: bool, dry_run: bool) -> None:
     """Start the lab: bridge, hosts with sshd, registry, S3, Lambda and Vast API fakes."""
-    _lab_with_servers().up(hosts=hosts, dry_run=dry_run,
+    _lab_with_servers().up(hosts=hosts, slurm_cluster=slurm, dry_run=dry_run,
               report=lambda text: click.echo(f"lab: {text}", err=True))  # fmt: skip
     if not dry_run:
         click.echo('lab is up; point gpujob at it with:  eval "$(gpujob lab env)"', err=True)
@@ -64,7 +69,8 @@ def lab_up(hosts: int, dry_run: bool) -> None:
 @lab.command("down")
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
 def lab_down(dry_run: bool) -> None:
-    """Stop the lab and remove every namespace, veth, daemon and container it made."""
+    """Stop the lab (SLURM cluster included) and remove every namespace, veth, daemon and
+    container it made."""
     _lab().down(dry_run=dry_run, report=lambda text: click.echo(f"lab: {text}", err=True))
 
 

@@ -15,13 +15,17 @@ from pathlib import Path
 
 import pytest
 from labtools import docker, lab_is_up, lab_missing, pin_line
+from slurmlab import slurm_cluster  # noqa: F401 (one cluster per session, every module)
+
+CYCLES = ("test_up_down.py::", "test_slurm_lab.py::test_cluster_up_twice_then_lab_down")
+"""Tests that take down what they bring up: the whole lab, then the SLURM cluster."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The whole-lab up/down cycle first: later lab tests hold the session lab up."""
-    cycle = [item for item in items if item.path.name == "test_up_down.py"]
+    cycle = [item for item in items if any(part in item.nodeid for part in CYCLES)]
     if cycle:
-        rest = [item for item in items if item.path.name != "test_up_down.py"]
+        rest = [item for item in items if item not in cycle]
         items[:] = cycle + rest
 
 

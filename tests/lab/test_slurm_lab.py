@@ -1,0 +1,148 @@
+"""The lab's SLURM cluster, used as a user of a real cluster would: over SSH to the login host.
+
+The up/down cycle runs first among the SLURM tests (see conftest), before the session
+cluster of `slurm_cluster` exists, because it removes the one cluster of the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from labtools import GPUJOB, lab_is_up
+from slurmlab import login_ssh, read_when_done, slurm_missing
+
+pytestmark = pytest.mark.lab
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
+
+
+def daemon_records() -> list[dict]:
+    from infra.lab import state
+
+    rec = state.read_state().get("slurm", {})
+    return [rec["munged"], rec["slurmctld"], *rec["slurmd"].values()]
+
+
+def leftovers(records: list[dict]) -> list[str]:
+    """Everything of the cluster still on the machine, in words (empty when clean)."""
+    from infra.lab import network, slurm, state
+
+    found = [f"pid {r['pid']} {' '.join(r['argv'][-4:])}" for r in records if state.alive(r)]
+    found += [f"netns {name}" for name in slurm.HOSTS if network.netns_exists(name)]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm in DAEMONS and state.start_time(int(pid)) is not None:
+            found.append(f"process {pid} {comm}")
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    found += [f"mount {line.split()[4]}" for line in mounts if "/slurm" in line.split()[4]]
+    if slurm.layout().root.exists():
+        found.append(f"folder {slurm.layout().root}")
+    if not lab_is_up():
+        rule = ["iptables", "-C", *network.FORWARD_RULE]
+        if subprocess.run(rule, capture_output=True).returncode == 0:
+            found.append("iptables FORWARD rule for the lab bridge")
+        if network.link_exists(state.BRIDGE):
+            found.append(f"bridge {state.BRIDGE}")
+    return found
+
+
+def test_cluster_up_twice_then_lab_down_leaves_nothing_behind() -> None:
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    from infra.lab import slurm, state
+
+    if slurm.cluster() is not None:
+        pytest.skip("a SLURM cluster is already up on this machine; this test would remove it")
+    records: list[dict] = []
+    try:
+        first = slurm.up()
+        records += daemon_records()
+        again = slurm.up()
+        assert again == first
+        assert daemon_records() == records  # the same daemons, by pid and start time
+        listed = login_ssh(first, "sinfo -h -N -p debug -o '%N %t'")
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(listed.stdout.splitlines()) == ["gjlab-slurm1 idle", "gjlab-slurm2 idle"]
+        pid_file = first.shared / "running.pid"
+        running = login_ssh(first, f"sbatch --chdir={first.shared} "
+                                   f"--wrap 'echo $$ > {pid_file}; exec sleep 300'")  # fmt: skip
+        assert running.returncode == 0, running.stderr
+        job_pid = int(read_when_done(pid_file, 1))
+        assert state.start_time(job_pid) is not None
+        records.append({"pid": job_pid, "start": state.start_time(job_pid), "argv": ["job"]})
+    finally:
+        if lab_is_up():  # the rest of the lab was up before: only the cluster goes
+            slurm.down()
+            down = None
+        else:
+            down = subprocess.run([GPUJOB, "lab", "down"], capture_output=True, text=True,
+                                  timeout=300)  # fmt: skip
+    if down is not None:
+        assert down.returncode == 0, down.stderr
+        assert "lab: SLURM cluster" in down.stderr
+    assert leftovers(records) == []
+
+
+def test_sinfo_on_the_login_host_shows_two_idle_nodes(slurm_cluster) -> None:
+    listed = login_ssh(slurm_cluster, "sinfo -h -o '%P %a %l %D %t %N'")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "debug* up 1:00:00 2 idle gjlab-slurm[1-2]",
+        "short up 2:00 2 idle gjlab-slurm[1-2]",
+    ]
+
+
+def test_two_node_batch_job_writes_both_node_names_to_the_shared_folder(slurm_cluster) -> None:
+    folder = slurm_cluster.shared / "test-two-nodes"
+    folder.mkdir(exist_ok=True)
+    submit = (
+        f"cd {folder} && sbatch --parsable --nodes=2 --ntasks-per-node=1 --wrap 'srun hostname'"
+    )
+    done = login_ssh(slurm_cluster, submit)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip()
+    assert job.isdigit(), done.stdout
+    out = read_when_done(folder / f"slurm-{job}.out", 2)
+    assert sorted(out.split()) == ["gjlab-slurm1", "gjlab-slurm2"]
+    state = f"scontrol -o show job {job} | grep -o 'JobState=[A-Z]*'"
+    from labtools import wait_until
+
+    wait_until(lambda: "COMPLETED" in login_ssh(slurm_cluster, state).stdout, f"job {job} done")
+    history = login_ssh(slurm_cluster, f"sacct -c -n -j {job} -o JobID,State")
+    assert history.returncode == 0, history.stderr
+    assert history.stdout.split() == [job, "COMPLETED"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ("--gpus-per-node=1", "Invalid generic resource (gres) specification"),
+        ("--partition=short --time=3", "Requested time limit is invalid"),
+        ("--nodes=3", "Node count specification invalid"),
+    ],
+)
+def test_requests_the_cluster_cannot_meet_are_refused_at_submission(
+    slurm_cluster, args: str, says: str
+) -> None:
+    done = login_ssh(slurm_cluster, f"cd {slurm_cluster.shared} && sbatch {args} --wrap true")
+    assert done.returncode == 1
+    assert says in done.stderr
+
+
+def test_dry_run_of_lab_up_with_slurm_prints_the_daemons_and_starts_nothing() -> None:
+    from infra.lab import network, slurm
+
+    before = set(network.lab_namespaces())
+    done = subprocess.run([GPUJOB, "lab", "up", "--slurm", "--hosts", "0", "--dry-run"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "would: SLURM cluster" in done.stderr
+    assert f"slurmd -D -N gjlab-slurm2 -f {slurm.layout().conf}" in done.stderr
+    assert set(network.lab_namespaces()) == before
