@@ -83,11 +83,16 @@ def up() -> SlurmCluster:
         rec["conf"] = str(paths.conf)
         for name in HOSTS:
             _bind_etc(lab["hosts"][name]["sshd"]["pid"], paths)
+        # Each daemon is recorded before its readiness wait: one that is slow, not dead,
+        # when the wait gives up still has its pid in the state for `down` (munged runs in
+        # the machine's own namespaces, so no host's removal would end it).
         if not state.alive(rec.get("munged")):
-            rec["munged"] = _start_munged(paths)
+            rec["munged"] = _spawn_munged(paths)
+            _wait_for_munged(paths, rec["munged"])
         ctld_pid = lab["hosts"][CONTROLLER]["sshd"]["pid"]
         if not state.alive(rec.get("slurmctld")):
-            rec["slurmctld"] = _start_slurmctld(paths, ctld_pid, hosts[CONTROLLER].address)
+            rec["slurmctld"] = _spawn_slurmctld(paths, ctld_pid)
+            _wait_for_slurmctld(paths, rec["slurmctld"], hosts[CONTROLLER].address)
         slurmds = rec.setdefault("slurmd", {})
         for node in NODES:
             if not state.alive(slurmds.get(node)):
@@ -223,24 +228,25 @@ def _bind_etc(sshd_pid: int, paths: Layout) -> None:
     """/etc/slurm of the host is the lab's slurm etc (the mount lives and dies with the
     host's mount namespace, so a rebooted host gets it again here)."""
     seen = Path(f"/proc/{sshd_pid}/root/etc/slurm")
-    try:
-        bound = os.stat(seen).st_ino == os.stat(paths.etc).st_ino
-    except FileNotFoundError:
+    try:  # device and inode: an inode number alone can match a folder of another filesystem
+        bound = os.path.samefile(seen, paths.etc)
+    except OSError:
         bound = False
     if not bound:
         state.run(["nsenter", f"--mount=/proc/{sshd_pid}/ns/mnt", "--",
                    "mount", "--bind", str(paths.etc), "/etc/slurm"])  # fmt: skip
 
 
-def _start_munged(paths: Layout) -> dict[str, Any]:
+def _spawn_munged(paths: Layout) -> dict[str, Any]:
     paths.munge_socket.unlink(missing_ok=True)
-    log = paths.log / "munged.stdout"
-    rec = state.spawn(munged_argv(paths), log)
+    return state.spawn(munged_argv(paths), paths.log / "munged.stdout")
+
+
+def _wait_for_munged(paths: Layout, daemon: dict[str, Any]) -> None:
     state.wait_until(
         lambda: _munge_answers(paths), "munged", timeout=20, log=paths.log / "munged.log",
-        daemon=rec,
+        daemon=daemon,
     )  # fmt: skip
-    return rec
 
 
 def _munge_answers(paths: Layout) -> bool:
@@ -252,14 +258,15 @@ def _munge_answers(paths: Layout) -> bool:
     return made.returncode == 0
 
 
-def _start_slurmctld(paths: Layout, sshd_pid: int, address: str) -> dict[str, Any]:
-    log = paths.log / "slurmctld.stdout"
-    rec = state.spawn(slurmctld_argv(sshd_pid, paths), log)
+def _spawn_slurmctld(paths: Layout, sshd_pid: int) -> dict[str, Any]:
+    return state.spawn(slurmctld_argv(sshd_pid, paths), paths.log / "slurmctld.stdout")
+
+
+def _wait_for_slurmctld(paths: Layout, daemon: dict[str, Any], address: str) -> None:
     state.wait_until(
         lambda: _ping(paths), f"slurmctld on {address}:{CONTROLLER_PORT}",
-        timeout=START_TIMEOUT, log=paths.log / "slurmctld.log", daemon=rec,
+        timeout=START_TIMEOUT, log=paths.log / "slurmctld.log", daemon=daemon,
     )  # fmt: skip
-    return rec
 
 
 def _client(paths: Layout, *argv: str) -> subprocess.CompletedProcess:

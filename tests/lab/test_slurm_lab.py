@@ -17,6 +17,7 @@ from slurmlab import login_ssh, read_when_done, slurm_missing
 pytestmark = pytest.mark.lab
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
+NAMESPACES = ("mnt", "net", "uts")
 
 
 def daemon_records() -> list[dict]:
@@ -26,12 +27,55 @@ def daemon_records() -> list[dict]:
     return [rec["munged"], rec["slurmctld"], *rec["slurmd"].values()]
 
 
-def leftovers(records: list[dict]) -> list[str]:
+def host_namespaces() -> dict[str, str]:
+    """The namespaces of each cluster host as /proc names them (`mnt:[4026532301]`), to the
+    host's name: those of its sshd, which its daemons and their jobs join with nsenter."""
+    from infra.lab import slurm, state
+
+    hosts = state.read_state()["hosts"]
+    return {
+        os.readlink(f"/proc/{hosts[name]['sshd']['pid']}/ns/{kind}"): name
+        for name in slurm.HOSTS
+        for kind in NAMESPACES
+    }
+
+
+def now_in_ticks() -> int:
+    """The kernel's clock for process start times (ticks since boot), read now."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return int(uptime * os.sysconf("SC_CLK_TCK"))
+
+
+def in_host_namespaces(namespaces: dict[str, str]) -> list[str]:
+    """Processes still in a cluster host's namespaces. The /etc/slurm binds live only in the
+    hosts' mount namespaces, which the kernel frees with every mount in them once no process
+    is left there (the network namespaces' /run/netns pins are checked by name apart). Only
+    processes that started before now count: a namespace made after the hosts went may
+    reuse a freed number (another session's container), but none of its processes is ours."""
+    from infra.lab import state
+
+    settled = now_in_ticks()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = [os.readlink(f"/proc/{pid}/ns/{kind}") for kind in NAMESPACES]
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        hosts = sorted({namespaces[link] for link in links if link in namespaces})
+        started = state.start_time(int(pid))
+        if hosts and started is not None and started <= settled:
+            found.append(f"process {pid} {comm} in the namespaces of {', '.join(hosts)}")
+    return found
+
+
+def leftovers(records: list[dict], namespaces: dict[str, str]) -> list[str]:
     """Everything of the cluster still on the machine, in words (empty when clean)."""
     from infra.lab import network, slurm, state
 
     found = [f"pid {r['pid']} {' '.join(r['argv'][-4:])}" for r in records if state.alive(r)]
     found += [f"netns {name}" for name in slurm.HOSTS if network.netns_exists(name)]
+    found += in_host_namespaces(namespaces)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
@@ -39,6 +83,7 @@ def leftovers(records: list[dict]) -> list[str]:
             continue
         if comm in DAEMONS and state.start_time(int(pid)) is not None:
             found.append(f"process {pid} {comm}")
+    # The machine's own mounts: a bind over /etc/slurm belongs in the hosts' namespaces only.
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     found += [f"mount {line.split()[4]}" for line in mounts if "/slurm" in line.split()[4]]
     if slurm.layout().root.exists():
@@ -61,9 +106,12 @@ def test_cluster_up_twice_then_lab_down_leaves_nothing_behind() -> None:
     if slurm.cluster() is not None:
         pytest.skip("a SLURM cluster is already up on this machine; this test would remove it")
     records: list[dict] = []
+    namespaces: dict[str, str] = {}
     try:
         first = slurm.up()
         records += daemon_records()
+        namespaces = host_namespaces()
+        assert len(namespaces) == len(NAMESPACES) * len(slurm.HOSTS)  # none shared
         again = slurm.up()
         assert again == first
         assert daemon_records() == records  # the same daemons, by pid and start time
@@ -87,7 +135,7 @@ def test_cluster_up_twice_then_lab_down_leaves_nothing_behind() -> None:
     if down is not None:
         assert down.returncode == 0, down.stderr
         assert "lab: SLURM cluster" in down.stderr
-    assert leftovers(records) == []
+    assert leftovers(records, namespaces) == []
 
 
 def test_sinfo_on_the_login_host_shows_two_idle_nodes(slurm_cluster) -> None:
