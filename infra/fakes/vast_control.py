@@ -8,7 +8,9 @@ POST /_fake/instances/{id}   {"actual_status": "exited"|"unknown"|"offline"|"cre
 POST /_fake/instances/{id}/reboot        the container dies and restarts (onstart reruns)
 POST /_fake/instances/{id}/drop-ssh      open SSH connections are cut
 POST /_fake/instances/{id}/rewrite-keys  authorized_keys := the registered keys (§7.6)
-POST /_fake/offers           {"take": [offer ids], "restore": [offer ids]}  offers churn
+POST /_fake/offers           {"take": [offer ids], "restore": [offer ids]}  offers churn;
+                             {"outbid": {offer id: $/h}}: that offer's min_bid rises to
+                             this at its next create (a bid made between search and create)
 POST /_fake/reset            destroy everything; books, faults, knobs back to new
 """
 
@@ -35,6 +37,8 @@ class VastControl:
             with self.lock:
                 self.books.taken.update(int(i) for i in body.get("take", []))
                 self.books.taken.difference_update(int(i) for i in body.get("restore", []))
+                self.books.outbid.update({int(i): float(p) for i, p in
+                                          body.get("outbid", {}).items()})  # fmt: skip
                 return json_reply(200, {"taken": sorted(self.books.taken)})
         if parts[:1] == ["instances"] and len(parts) in (2, 3):
             return self._instance_control(request, parts[1], parts[2] if len(parts) == 3 else "")

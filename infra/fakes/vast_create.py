@@ -88,6 +88,8 @@ class CreateMixin:
                                f"{offer_id} is no longer available.")  # fmt: skip
                 raise fail(404, "invalid_args", f"error 404/3603: no_such_ask Instance type by "
                            f"id {offer_id} is not available.", ask_id=offer_id)  # fmt: skip
+            if offer_id in books.outbid:  # someone bid more since the search
+                offer["min_bid"] = books.outbid.pop(offer_id)
             inst = self._new_instance(body, offer, runtype)
             books.taken.add(offer_id)
             books.instances[inst.id] = inst

@@ -98,6 +98,7 @@ class VastBooks:
         self.lock = threading.RLock()
         self.offers = seed_offers()
         self.taken: set[int] = set()
+        self.outbid: dict[int, float] = {}  # offer id -> the min_bid its next create meets
         self.instances: dict[int, VastInstance] = {}
         self.retired_keys: dict[str, int] = {}  # a destroyed instance's key -> its id
         self.ssh_keys: dict[int, dict[str, Any]] = {}

@@ -56,6 +56,29 @@ def built_hash(tag: str = TAG) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
+def image_id(tag: str = TAG) -> str:
+    """The local image's id: what an image built FROM `tag` keys its cache on, as a rebuild
+    of `tag` with the same label is another image."""
+    return state.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag]).stdout.strip()
+
+
+def build_once(tag: str, key: str, fill: Callable[[Path], None],
+               report: Callable[[str], None]) -> None:  # fmt: skip
+    """The lab images' one cache rule: unless `tag` already carries `key` in its label,
+    `fill` a fresh context folder (it may download: only on a miss) and build it, labelled."""
+    if built_hash(tag) == key:
+        report(f"job image {tag} is cached")
+        return
+    context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
+    try:
+        fill(context)
+        report(f"job image {tag}: docker build (offline install) ...")
+        state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={key}",
+                   "--label", "gpujob.lab=job", "-t", tag, str(context)])  # fmt: skip
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+
+
 def build(report: Callable[[str], None] = print) -> str:
     """Build the image unless a tag with the same lock exists; push it; return the hosts' ref."""
     from launcher.images.commands import read_lock
@@ -63,23 +86,17 @@ def build(report: Callable[[str], None] = print) -> str:
     from launcher.paths import images_cache_dir
 
     _, lock = read_lock("lab-cpu")
-    if built_hash() == lock.lock_hash:
-        report(f"job image {TAG} is cached")
-    else:
+
+    def fill(context: Path) -> None:
         base_image.build(report)
         report(f"job image {TAG}: wheelhouse of {len(lock.packages)} locked wheels ...")
         older = state.lab_dir() / "wheelhouse" / "lab-cpu" / "wheels"  # the hosts' find-links
         wheels = fetch(lock, images_cache_dir(), report, extra_dirs=[older])
-        context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
-        try:
-            shutil.copy(DOCKERFILE, context / "Dockerfile")
-            (context / "requirements.txt").write_text(lock.requirements_txt())
-            link_into(wheels, context / "wheels")
-            report(f"job image {TAG}: docker build (offline install) ...")
-            state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={lock.lock_hash}",
-                       "--label", "gpujob.lab=job", "-t", TAG, str(context)])  # fmt: skip
-        finally:
-            shutil.rmtree(context, ignore_errors=True)
+        shutil.copy(DOCKERFILE, context / "Dockerfile")
+        (context / "requirements.txt").write_text(lock.requirements_txt())
+        link_into(wheels, context / "wheels")
+
+    build_once(TAG, lock.lock_hash, fill, report)
     report(f"pushing {TAG} to the lab registry ...")
     return registry.push(TAG, TAG)
 

@@ -12,6 +12,14 @@ SIGTERM (a cancel, `max_duration`, a GPU-idle stop: gpujob's agent sends it, and
 passes it to every rank) ends the run at the end of the step under way, on every rank at the
 same step (the stop is summed with the loss), with a checkpoint of that step: the work up to
 the signal is saved, and gpujob syncs it before the job ends.
+
+`GPUJOB_RESUME_FROM` (or `--resume-from`) naming a complete checkpoint folder continues that
+run: weights, optimizer, step, every RNG and each rank's data position come back, so steps
+N+1.. see the batches and give the losses an uninterrupted run would. Each rank's RNGs and
+data position are in `rng_state_<rank>.pth` (Hugging Face's name), gathered and written by
+rank 0, and only rank 0 reads the folder: gpujob's recovery pulls it onto the head node only.
+A folder this run cannot continue from (incomplete, unreadable, saved with other model
+flags) is refused in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -68,6 +77,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--resume-from",
+        default=os.environ.get("GPUJOB_RESUME_FROM") or None,
+        help="A complete checkpoint-N folder to continue from (default: $GPUJOB_RESUME_FROM).",
+    )
+    parser.add_argument(
         "--jit-op", action="store_true", help="Build and use a JIT-compiled op (seed 001)."
     )
     parser.add_argument(
@@ -83,21 +97,53 @@ def sentence(rng: random.Random) -> str:
     )
 
 
-def batches(rank: int, micro_batch: int, seq_len: int, device: torch.device):
-    """Endless byte-level batches, a different stream per rank."""
-    rng = random.Random(1000 + rank)
-    while True:
+class Batches:
+    """Endless byte-level batches, a different stream per rank. Its state (the generator's
+    and how many batches it served) is the data position a resumed run restores."""
+
+    def __init__(self, rank: int, micro_batch: int, seq_len: int, device: torch.device) -> None:
+        self.rng = random.Random(1000 + rank)
+        self.served = 0
+        self.micro_batch, self.seq_len, self.device = micro_batch, seq_len, device
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         rows = []
-        for _ in range(micro_batch):
+        for _ in range(self.micro_batch):
             text = ""
-            while len(text) < seq_len + 1:
-                text += sentence(rng)
-            rows.append(list(text.encode()[: seq_len + 1]))
-        data = torch.tensor(rows, dtype=torch.long, device=device)
-        yield data[:, :-1], data[:, 1:]
+            while len(text) < self.seq_len + 1:
+                text += sentence(self.rng)
+            rows.append(list(text.encode()[: self.seq_len + 1]))
+        data = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.served += 1
+        return data[:, :-1], data[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.getstate(), "served": self.served}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self.served = int(state["served"])
 
 
-def save_checkpoint(model: torch.nn.Module, optimizer, step: int, loss: float, args) -> Path:
+def rng_state(data: Batches) -> dict:
+    """This rank's randomness and data position, as Hugging Face keeps it per process."""
+    state = {"python": random.getstate(), "cpu": torch.get_rng_state(), "data": data.state_dict()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict, data: Batches) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    data.load_state_dict(state["data"])
+
+
+def save_checkpoint(
+    model: torch.nn.Module, optimizer, step: int, loss: float, args, rng_states: list[dict]
+) -> Path:
     root = Path(args.checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"checkpoint-{step}"
@@ -105,7 +151,10 @@ def save_checkpoint(model: torch.nn.Module, optimizer, step: int, loss: float, a
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    state = {"global_step": step, "loss": loss, "saved_at": time.time()}
+    for rank, state in enumerate(rng_states):
+        torch.save(state, tmp / f"rng_state_{rank}.pth")
+    state = {"global_step": step, "loss": loss, "saved_at": time.time(),
+             "world_size": len(rng_states)}  # fmt: skip
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, final)
     mark_complete(final, step)
@@ -137,6 +186,148 @@ def prune(root: Path, keep_last: int) -> None:
         shutil.rmtree(root / f"checkpoint-{step}", ignore_errors=True)
 
 
+def read_checkpoint(
+    path: Path, world: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict, list[dict | None]] | None:
+    """Rank 0's read of a complete checkpoint into `model` and `optimizer` (built from this
+    run's flags), with the trainer state (step, loss) and each rank's RNG file (None for a
+    rank it has none for: saved with another world size). None, said in one line, for a
+    folder this run cannot continue from: incomplete, unreadable, or another model's (a
+    user's slip, such as another --hidden, is no traceback)."""
+    if not (path / ".gpujob-complete").is_file():
+        say(f"cannot resume: {path} is not a complete checkpoint (no .gpujob-complete)")
+        return None
+    import pickle
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        weights: dict = {}
+        for shard in sorted(path.glob("*.safetensors")):
+            weights.update(load_file(shard))
+        if not weights:
+            raise ValueError("it holds no model weights (*.safetensors)")
+        trainer = trainer_state(path / "trainer_state.json")
+        state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        files = [path / f"rng_state_{rank}.pth" for rank in range(world)]
+        rngs = [rng_file(f) if f.is_file() else None for f in files]
+    except (KeyError, OSError, RuntimeError, ValueError, SafetensorError,
+            pickle.UnpicklingError) as error:  # fmt: skip
+        say(f"cannot resume: {path}: {unreadable(error)}")
+        return None
+    try:
+        model.load_state_dict(weights, strict=True)
+        optimizer.load_state_dict(state)
+    except (KeyError, RuntimeError, ValueError) as error:
+        say(f"cannot resume: {path} holds another model ({first_line(error)}); resume with "
+            "the --hidden, --layers and --heads it was saved with")  # fmt: skip
+        return None
+    if None in rngs or (path / f"rng_state_{world}.pth").exists():
+        say(f"warning: {path.name} was saved with another world size: RNG and data position "
+            "are not restored for every rank, so the losses will differ from an "
+            "uninterrupted run")  # fmt: skip
+    return trainer, rngs
+
+
+def trainer_state(file: Path) -> dict:
+    body = json.loads(file.read_text())
+    if not isinstance(body, dict) or "global_step" not in body or "loss" not in body:
+        raise ValueError(f"{file.name} has no global_step and loss")
+    return {"global_step": int(body["global_step"]), "loss": float(body["loss"])}
+
+
+def rng_file(file: Path) -> dict:
+    state = torch.load(file, weights_only=True)
+    if not isinstance(state, dict) or not {"python", "cpu", "data"} <= state.keys():
+        raise ValueError(f"{file.name} is not an RNG state of this program")
+    return state
+
+
+def unreadable(error: Exception) -> str:
+    if isinstance(error, OSError) and error.filename:
+        return f"cannot read {Path(error.filename).name} ({error.strerror or error})"
+    return first_line(error)
+
+
+def first_line(error: Exception) -> str:
+    """The telling line of a message: torch's load_state_dict opens with a header line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return lines[1].rstrip(".")
+    return lines[0].rstrip(".") if lines else type(error).__name__
+
+
+def resume(
+    path: Path,
+    rank: int,
+    world: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+) -> tuple[dict, dict | None]:
+    """Rank 0 reads the folder (it is on the head only) into the model and the optimizer;
+    the others get the rest from it. The weights need no sending: DDP, which wraps the model
+    next, broadcasts rank 0's. The optimizer state goes tensor by tensor: pickled whole it
+    would be one object as big as two models (8 GB for the GPU profile's), and under NCCL
+    copied to the GPU. One rank sends nothing. A folder rank 0 refuses ends every rank, at
+    once and alike (exit 2)."""
+    read = read_checkpoint(path, world, model, optimizer) if rank == 0 else None
+    if world == 1:
+        if read is None:
+            leave(2)
+        return read[0], read[1][0]
+    agreed = torch.tensor([float(read is not None)], device=device)
+    dist.broadcast(agreed, src=0)
+    if not agreed.item():
+        leave(2)
+    share_optimizer_state(optimizer, rank, device)
+    trainer: list = [read[0] if read else None]
+    dist.broadcast_object_list(trainer, src=0)  # a step and a loss
+    mine: list = [None]
+    dist.scatter_object_list(mine, list(read[1]) if read else None, src=0)
+    return trainer[0], mine[0]
+
+
+def share_optimizer_state(
+    optimizer: torch.optim.Optimizer, rank: int, device: torch.device
+) -> None:
+    """Rank 0's optimizer state onto every rank. Only its layout (which tensor of which
+    parameter, shapes, dtypes, the hyper-parameters) is a pickled object; each tensor goes
+    by `dist.broadcast`, on the device the backend sends from (the GPU under NCCL), and a
+    tensor rank 0 keeps on the CPU (AdamW's `step`) is put back there."""
+    state = optimizer.state_dict() if rank == 0 else None
+    layout: list = [None]
+    if state is not None:
+        layout[0] = ([(index, key, ("tensor", tuple(value.shape), value.dtype,
+                                    value.device.type) if torch.is_tensor(value)
+                       else ("value", value))
+                      for index, values in state["state"].items()
+                      for key, value in values.items()], state["param_groups"])  # fmt: skip
+    dist.broadcast_object_list(layout, src=0)
+    entries, groups = layout[0]
+    received: dict = {}
+    for index, key, (kind, *described) in entries:
+        if kind == "value":  # a plain number, carried in the layout
+            received.setdefault(index, {})[key] = described[0]
+            continue
+        shape, dtype, where = described
+        if state is not None:
+            tensor = state["state"][index][key].to(device)
+        else:
+            tensor = torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(tensor, src=0)
+        if state is None:
+            received.setdefault(index, {})[key] = tensor.cpu() if where == "cpu" else tensor
+    if state is None:
+        optimizer.load_state_dict({"state": received, "param_groups": groups})
+
+
+def leave(code: int) -> NoReturn:
+    dist.destroy_process_group()
+    raise SystemExit(code)
+
+
 def main() -> None:
     args = parse_args()
     cuda = torch.cuda.is_available()
@@ -166,8 +357,19 @@ def main() -> None:
     with torch.device(device):  # built where it trains: a 1B model on the CPU takes ~15 s
         model = LlamaForCausalLM(config)
     params = sum(p.numel() for p in model.parameters())
+    start, loss_value, resumed = 0, float("nan"), None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # DDP's are the same ones
+    if args.resume_from:
+        resumed = resume(Path(args.resume_from), rank, world, model, optimizer, device)
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
-    optimizer = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
+    data = Batches(rank, args.micro_batch, args.seq_len, device)
+    if resumed is not None:
+        trainer, own_rng = resumed
+        start, loss_value = trainer["global_step"], trainer["loss"]
+        if own_rng is not None:
+            set_rng_state(own_rng, data)
+        if rank == 0:
+            say(f"resumed from checkpoint-{start} (step {start})")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
     if rank == 0:
         say(
@@ -178,12 +380,11 @@ def main() -> None:
 
     stop_requested: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stop_requested.append(signum))
-    data = batches(rank, args.micro_batch, args.seq_len, device)
     tokens_per_step = args.micro_batch * args.grad_accum * world * args.seq_len
     started = time.perf_counter()
-    window_start, window_step, loss_value = started, 0, float("nan")
+    window_start, window_step = started, start
     steady_start = started
-    for step in range(1, args.steps + 1):
+    for step in range(start + 1, args.steps + 1):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=device)
         for micro in range(args.grad_accum):
@@ -197,7 +398,7 @@ def main() -> None:
                 (loss / args.grad_accum).backward()
             total += loss.detach() / args.grad_accum
         optimizer.step()
-        if step == args.warmup_steps:
+        if step == start + args.warmup_steps:
             if cuda:
                 torch.cuda.synchronize()
             steady_start = time.perf_counter()
@@ -206,14 +407,16 @@ def main() -> None:
         dist.all_reduce(reduced)
         loss_sum, stops = reduced.tolist()  # one copy to the host, as `.item()` was
         loss_value, stopping = loss_sum / world, stops > 0
-        if rank == 0 and (step % args.log_every == 0 or step == 1):
+        if rank == 0 and (step % args.log_every == 0 or step == start + 1):
             now = time.perf_counter()
             rate = tokens_per_step * (step - window_step) / max(now - window_start, 1e-9)
             say(f"step {step}/{args.steps} loss {loss_value:.4f} tokens/s {rate:.0f}")
             window_start, window_step = now, step
         if stopping or (args.save_every and step % args.save_every == 0):
+            rngs = [None] * world if rank == 0 else None
+            dist.gather_object(rng_state(data), rngs, dst=0)
             if rank == 0:
-                path = save_checkpoint(model, optimizer, step, loss_value, args)
+                path = save_checkpoint(model, optimizer, step, loss_value, args, rngs)
                 say(f"checkpoint saved: {path}")
             dist.barrier()
         if stopping:
@@ -221,13 +424,11 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     finished = time.perf_counter()
+    ran = args.steps - start
     if rank == 0:
-        say(
-            f"train tokens/s {tokens_per_step * args.steps / (finished - started):.0f} "
-            f"over {args.steps} steps"
-        )
-        if args.steps > args.warmup_steps:
-            steady = tokens_per_step * (args.steps - args.warmup_steps) / (finished - steady_start)
+        say(f"train tokens/s {tokens_per_step * ran / (finished - started):.0f} over {ran} steps")
+        if ran > args.warmup_steps:
+            steady = tokens_per_step * (ran - args.warmup_steps) / (finished - steady_start)
             say(f"steady tokens/s {steady:.0f} after {args.warmup_steps} warm-up steps")
         say(f"final loss {loss_value:.4f}")
     say(f"rank {rank}/{world}: done")

@@ -18,8 +18,9 @@ RUNTIMES_SOURCE = Path(__file__).with_name("runtimes.py")
 """How a job runs there (bare or in a container), shipped beside the agent."""
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
-    for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_logs.py", "ckpt_watch.py")
-)
+    for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_tracker.py",
+                 "ckpt_logs.py", "ckpt_watch.py")
+)  # fmt: skip
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -87,6 +88,12 @@ def supervise(node_dir: Path) -> int:
     """Start the node's job in its runtime, record it, care for its checkpoints and keep its
     limits while it runs, record its end. Returns 0: the job's own code is in the status."""
     config = read_json(node_dir / "job.json")
+    # First: under SLURM, USR1 (the time limit's warning) may come as soon as `start` gave out
+    # this pid, and its default would end the supervisor. Remembered here, acted on once the
+    # job runs (_stop_on_usr1).
+    usr1 = threading.Event()
+    if config.get("slurm"):
+        signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
     env = dict(os.environ)
     secrets_file = config.get("secrets_file")
     if secrets_file and config.get("runtime") != "docker":  # docker reads its own env file
@@ -122,6 +129,7 @@ def supervise(node_dir: Path) -> int:
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
     limits = _limit_watch(node_dir, config, job, status)
+    _stop_on_usr1(node_dir, config, job, status, usr1)
     code = job.wait(_sampler(node_dir, status))
     if job.reason:  # e.g. a container that ended before its script ran (runtimes.py)
         status["reason"] = job.reason
@@ -196,6 +204,40 @@ def _limit_watch(
     return done, thread
 
 
+def _stop_on_usr1(
+    node_dir: Path,
+    config: dict[str, Any],
+    job: BareJob | ContainerJob,
+    status: dict[str, Any],
+    usr1: threading.Event,
+) -> None:
+    """Under SLURM (job.json's `slurm`), USR1 is the time limit's warning (`sbatch
+    --signal`, passed on by the node step): the job is stopped with its grace as at its own
+    time limit, so the checkpoint care's final pass saves and syncs before SLURM's SIGKILL,
+    and the node ends `timed out` naming SLURM's limit. A daemon thread waits for the signal
+    (the handler, installed first thing in supervise, only sets `usr1`)."""
+    slurm = config.get("slurm")
+    if not slurm:
+        return
+    grace = float(config.get("grace_s", 30))
+
+    def time_up() -> None:
+        usr1.wait()
+        with STATUS_LOCK:  # checked and set together: a second USR1 does not stop twice
+            if (node_dir / "cancel-requested").exists() or status.get("timed_out"):
+                return
+            status.update(
+                timed_out=slurm.get("time_limit", "?"),
+                timed_out_by="SLURM's time limit, --time; stopped at its USR1 warning",
+            )
+            write_json(node_dir / STATUS, status)
+        log_line(node_dir, f"SLURM's time limit is near (USR1, {slurm.get('warn_s', '?')} s "
+                 f"before it): stopping the job (SIGTERM, grace {grace:g} s)")  # fmt: skip
+        job.stop(grace)
+
+    threading.Thread(target=time_up, name="gpujob-usr1", daemon=True).start()
+
+
 def _checkpoint_watch(
     node_dir: Path,
     config: dict[str, Any],
@@ -244,6 +286,8 @@ def status_of(node_dir: Path) -> dict[str, Any]:
     status = read_json(node_dir / STATUS)
     if not status:
         return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
+    if read_json(node_dir / "job.json").get("slurm"):
+        return status  # SLURM knows whether the node lives; its supervisor is not here
     state = status.get("state")
     supervisor = status.get("supervisor_pid")
     gone = state in ("starting", "running") and not (

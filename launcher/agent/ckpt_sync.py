@@ -17,6 +17,8 @@ the push itself removes what it left in S3 (`Moved.dropped`), and `discard` does
 for a push that failed before it could.
 
 A pull copies data, checks it against S3 and against the marker's file list, then the marker.
+verl's `latest_checkpointed_iteration.txt` goes up after the checkpoint it names, and a pull
+from a bucket that has one writes it naming the newest checkpoint pulled (ckpt_tracker.py).
 
 Credentials never reach argv: they come as RCLONE_CONFIG_* variables from the caller's
 environment or from an env file (JSON, mode 0600) that is deleted once read.
@@ -39,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ckpt_store
 from ckpt_rclone import TUNED, Rclone, SyncError, rcat, rclone_env, read_env_file
+from ckpt_tracker import pull_tracker, push_tracker
 
 __all__ = ["TUNED", "Moved", "Rclone", "SyncError", "rcat", "rclone_env", "read_env_file"]
 
@@ -243,6 +246,8 @@ def push(
         for item in moved:
             item.dropped = item.name in dropped
             item.verified = not item.dropped
+    landed = set(there) | {m.name for m in moved if m.verified and not m.dropped}
+    push_tracker(rc, root, remote, landed)
     return moved
 
 
@@ -264,6 +269,8 @@ def pull(
         moved.append(
             Moved(name, ckpt_store.step_of(name) or 0, len(have), sum(have.values()), verified=True)
         )
+    if not rc.dry_run:
+        pull_tracker(rc, remote, dest, names)
     return moved
 
 
@@ -381,6 +388,9 @@ def main(argv: list[str]) -> int:
             if m.dropped:
                 state = "deleted here during the push; its partial copy was removed"
             print(f"{m.name}: {m.files} file(s), {m.bytes} bytes, {state}")
+        tracker = Path(args.dest) / ckpt_store.VERL_TRACKER
+        if args.direction == "pull" and not args.dry_run and tracker.is_file():
+            print(f"{ckpt_store.VERL_TRACKER}: {tracker.read_text().strip()} (verl's tracker)")
     return 0
 
 

@@ -255,7 +255,8 @@ class LimitWatch:
 def timed_out_reason(status: Mapping[str, Any], care: Mapping[str, Any] | None) -> str:
     """Why a node the time limit stopped ended: the limit, and the last checkpoint as the
     checkpoint care's final pass left it (`checkpoints`, `sync` in the status)."""
-    return f"timed out after {status['timed_out']} (max_duration){checkpoint_note(status, care)}"
+    by = status.get("timed_out_by") or "max_duration"
+    return f"timed out after {status['timed_out']} ({by}){checkpoint_note(status, care)}"
 
 
 def checkpoint_note(status: Mapping[str, Any], care: Mapping[str, Any] | None) -> str:

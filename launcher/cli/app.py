@@ -7,7 +7,7 @@ import click
 
 from launcher.cli.hosts import doctor, down, ssh, up
 from launcher.cli.image import image
-from launcher.cli.jobs import cancel, logs, schema, status, submit
+from launcher.cli.jobs import cancel, logs, recover, schema, status, submit
 from launcher.cli.lab import lab
 from launcher.cli.storage import storage, sync_ckpt
 
@@ -26,6 +26,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-for command in (submit, logs, status, cancel, up, down, ssh, doctor, sync_ckpt, storage,
+for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,
                 image, schema, lab):  # fmt: skip
     cli.add_command(command)

@@ -77,6 +77,11 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
 )  # fmt: skip
 @click.option("--region", help="Lambda region (us-east-1) or Vast country code (US).")
 @click.option("--disk", default=0, type=click.IntRange(min=0), help="Least disk, GB.")
+@click.option(
+    "--spot", is_flag=True,
+    help="Vast: an interruptible host at a bid (the offer's min_bid; --max-price caps the "
+    "price); stopped when outbid.",
+)  # fmt: skip
 @click.option("--yes", "-y", is_flag=True, help="Launch without asking.")
 @click.option("--dry-run", is_flag=True, help="Show the offers; launch nothing.")
 @click.option(

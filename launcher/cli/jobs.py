@@ -20,7 +20,8 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--job-id", help="Use this job id instead of a new one.")
 @click.option(
     "--on", multiple=True, metavar="HOST[,HOST]",
-    help="SSH host(s): hosts.yaml name or user@addr[:port]; one per node, node 0 first.",
+    help="SSH host(s): hosts.yaml name or user@addr[:port]; one per node, node 0 first. "
+    "Or slurm:NAME[/PARTITION]: queue it on a hosts.yaml `type: slurm` cluster.",
 )  # fmt: skip
 @click.option("--up", metavar="GPU[:N]", help="Rent one host per node first, e.g. a100.")
 @click.option("--provider", type=click.Choice(["lambda", "vast"]), default="lambda",
@@ -43,6 +44,9 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--autostop-key-on-host", is_flag=True,
               help="With --up on Lambda and resources.autostop: allow your API key on the "
               "hosts (a 0600 file), which Lambda needs for a host to end itself.")  # fmt: skip
+@click.option("--recover", is_flag=True,
+              help="With --up: restart the job on fresh hosts when a host is lost (the "
+              "spec's `recovery:`, or its defaults); needs checkpoints.sync_to.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.ops.submit import SubmitOptions
@@ -93,6 +97,8 @@ def status(as_json: bool, limit: int) -> None:
         click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
         return
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
+    if any(row.get("recovery") for row in rows):
+        columns = (*columns[:-1], "recovery", columns[-1])
     click.echo(table(for_table(rows), columns))
 
 
@@ -105,6 +111,17 @@ def cancel(job: str, grace: float, dry_run: bool) -> None:
     from launcher.ops.status import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))
+
+
+@click.command()
+@click.argument("job")
+@click.option("--foreground", is_flag=True, hidden=True, help="Be the controller (detached).")
+def recover(job: str, foreground: bool) -> None:
+    """Start JOB's recovery controller unless one runs (after a reboot, or a kill): it adopts
+    the job where it is, a running job goes on running."""
+    from launcher.ops.recover import recover as run_recover
+
+    sys.exit(run_recover(job, foreground=foreground))
 
 
 @click.command()

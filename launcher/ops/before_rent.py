@@ -55,6 +55,17 @@ def check_before_rent(
     return Cleared(min_disk_gb=_check_disk(loaded, image, image_ref, disk_gb, report))
 
 
+def check_spot(provider: str, spot: bool) -> None:
+    """Interruptible hosts only where the cloud rents them (Vast's bids); Lambda has no spot
+    product (recovery.md §5.4), so the request is refused rather than met on demand."""
+    from launcher.providers.registry import trait
+
+    if spot and not trait(provider, "can_spot", False):
+        raise UsageError(f"--spot (resources.use_spot): {provider} rents no interruptible "
+                         "hosts; nothing was rented",
+                         "leave it out to rent on demand, or use --provider vast")  # fmt: skip
+
+
 def _check_image(
     loaded: LoadedSpec, image: Any, image_ref: str | None, report: Callable[[str], None]
 ) -> None:

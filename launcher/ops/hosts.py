@@ -68,6 +68,8 @@ class UpOptions:
     """Autostop stops the host where the cloud can (`--autostop-stop`, `down: false`)."""
     autostop_key_on_host: bool = False
     """The user's opt-in to their Lambda key in a 0600 file on the host (ops.autostop)."""
+    spot: bool = False
+    """Interruptible hosts at a bid (`up --spot`, a spec's resources.use_spot): Vast only."""
 
 
 def say(text: str) -> None:
@@ -79,12 +81,25 @@ def offers_table(offers: list[Offer], shown: int = 10) -> None:
     from rich.table import Table
 
     table = Table(title=f"{len(offers)} offer(s), cheapest first")
+    bids = any(o.bid is not None for o in offers)  # interruptible: the bid each would get
     for column in ("provider", "type", "GPUs", "region", "$/hour", "disk GB"):
         table.add_column(column)
+    if bids:
+        table.add_column("bid $/h")
     for o in offers[:shown]:
-        table.add_row(o.provider, o.instance_type, f"{o.gpu_count}x {o.gpu_name}", o.region,
-                      f"{o.price_per_hour:.2f}", f"{o.disk_gb:.0f}")  # fmt: skip
+        row = [o.provider, o.instance_type, f"{o.gpu_count}x {o.gpu_name}", o.region,
+               f"{o.price_per_hour:.2f}", f"{o.disk_gb:.0f}"]  # fmt: skip
+        if bids:
+            row.append(f"{o.bid or 0:.3f}")
+        table.add_row(*row)
     Console(file=sys.stdout, width=110).print(table)
+
+
+def bid_words(offer: Offer) -> str:
+    """How an interruptible rental reads in a line: its bid, and that it can be taken back."""
+    if offer.bid is None:
+        return ""
+    return f" (interruptible: bid ${offer.bid:.3f}/h; outbid, the host is stopped)"
 
 
 def up(options: UpOptions) -> int:
@@ -103,12 +118,14 @@ def _up(options: UpOptions, rent: Rent) -> int:
     if options.dry_run:
         say(
             f"dry run: would launch {options.count} x {offers[0].instance_type} in "
-            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each; nothing started"
+            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}; "
+            "nothing started"
         )
         return ExitCode.OK
     if not options.yes:
         click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
-                      f"${offers[0].price_per_hour:.2f}/h each?", abort=True, err=True)  # fmt: skip
+                      f"${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}?",
+                      abort=True, err=True)  # fmt: skip
     made = _launch_all(provider, request, options, public_key(), db, rent, share)
     for inst in made:
         click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
@@ -134,10 +151,12 @@ def _offers(
     back capped so a launch falling back to a dearer offer stays within the budget, with
     each host's share of the budget (None without one)."""
     from launcher.ops.autostop import start_bound_s
+    from launcher.ops.before_rent import check_spot
     from launcher.ops.cost import budget_for, clear_cost, rental_bound, require_bound
 
-    request = parse_gpu_request(options.gpu, min_disk_gb=options.disk,
-                                max_price=options.max_price, region=options.region)  # fmt: skip
+    check_spot(options.provider, options.spot)  # before any cloud call
+    request = parse_gpu_request(options.gpu, min_disk_gb=options.disk, max_price=options.max_price,
+                                region=options.region, spot=options.spot)  # fmt: skip
     if options.count < 1:
         raise UsageError("--count must be at least 1")
     budget = budget_for(options.max_cost)
@@ -292,6 +311,11 @@ def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
     from launcher.providers.ssh import connect, resolve_host
 
     refuse_on_static_host(options)
+    if options.spot:
+        raise UsageError("--spot is for hosts gpujob rents; --host names a machine you have, "
+                         "which no cloud can take back",
+                         "leave out --spot: it applies to a host `gpujob up GPU --provider "
+                         "vast` rents")  # fmt: skip
     entry = resolve_host(host)
     rented = HostsView().host(entry.name)  # a lookup: never creates the db
     profile = host_profile(runtime_of(rented.provider) if rented else "docker", options)

@@ -45,7 +45,16 @@ def logs(
     """`first_reads`: reads from byte 0 already made, by node rank (submit's)."""
     db = StateDB()
     job = job_or_fail(db, reference)
+    if follow and tail is None:
+        from launcher.ops.recover_follow import follow_attempts, under_recovery
+
+        if under_recovery(job.id):  # every attempt in turn, one line per recovery
+            return follow_attempts(job, node, connections, first_reads)
     conns = connections or job_connections(job)
+    if job.provider == "slurm":  # through the login host, SLURM's state laid over the agents'
+        from launcher.ops.slurm import slurm_connections
+
+        conns = slurm_connections(job, conns)
     try:
         return _logs(db, job, conns, follow=follow, node=node, tail=tail, first=first_reads)
     except GpujobError as err:
@@ -117,7 +126,8 @@ def _logs(
         with stop_on_signals():
             done = follow_logs(
                 streams, output, follow=follow, on_progress=record,
-                on_failure=stop_the_rest if follow and node is None else None, note=say,
+                on_failure=stop_the_rest if follow and node is None and job.provider != "slurm"
+                else None, note=say,  # SLURM's srun --kill-on-bad-exit stops the others
             )  # fmt: skip
     except KeyboardInterrupt:
         say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")

@@ -25,6 +25,8 @@ from launcher.state.readonly import JobsView
 
 def status_rows(limit: int = 20) -> list[dict[str, Any]]:
     """Jobs, newest first, refreshed from their agents."""
+    from launcher.ops.recover import status_note
+
     db = StateDB()
     rows = []
     for job in db.jobs(limit):
@@ -32,7 +34,10 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
         nodes: list[dict[str, Any]] = [{"rank": rank, "state": state}
                                        for rank in range(len(job.node_dirs))]  # fmt: skip
         statuses = None
-        if not job.terminal:
+        recovery = status_note(job.id)
+        if recovery is not None and recovery["phase"] == "recovering":
+            state = recovery["line"]  # its hosts are being replaced: none to ask
+        elif not job.terminal:
             statuses = _node_statuses(job)
             if statuses is None:
                 state = "unreachable"
@@ -47,6 +52,7 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
                 "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
                 "runtime_s": round(runtime_s, 1), "last_line": last or "",
                 "warning": _care_warning(job, statuses), "node_states": nodes,
+                **({"recovery": recovery} if recovery is not None else {}),
             }
         )  # fmt: skip
     return rows
@@ -81,8 +87,21 @@ def for_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         nodes = row["node_states"]
         detail = ", ".join(f"{n['rank']} {n['state']}" for n in nodes)
-        shown.append(dict(row, nodes=f"{len(nodes)}: {detail}" if len(nodes) > 1 else "1"))
+        shown.append(dict(row, nodes=f"{len(nodes)}: {detail}" if len(nodes) > 1 else "1",
+                          recovery=recovery_text(row.get("recovery"))))  # fmt: skip
     return shown
+
+
+def recovery_text(recovery: dict[str, Any] | None) -> str:
+    """The recovery column: who follows the job and how many restarts it has made."""
+    if not recovery:
+        return ""
+    restarts = f"{recovery['restarts']}/{recovery['max_restarts']} restarts"
+    if recovery["phase"] in ("stopped", "finished"):
+        return f"{recovery['phase']} after {restarts}"
+    pid = recovery["controller_pid"]
+    who = f"controller pid {pid}" if pid else "no controller (`gpujob recover JOB`)"
+    return f"{who}, {restarts}"
 
 
 def _node_row(rank: int, status: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +110,7 @@ def _node_row(rank: int, status: dict[str, Any]) -> dict[str, Any]:
         "state": status.get("state"),
         "exit_code": status.get("exit_code"),
         "last_line": status.get("last_line") or "",
+        **({"slurm": status["slurm"]} if status.get("slurm") else {}),  # its state and reason
     }
 
 
@@ -103,6 +123,10 @@ def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
         return [
             dict(status_of(Path(d)), last_line=last_line(Path(d))) for d in job.node_dirs
         ]  # fmt: skip
+    if job.provider == "slurm":
+        from launcher.ops.slurm import slurm_statuses
+
+        return slurm_statuses(job)
     try:
         conns = job_connections(job)
     except GpujobError:
@@ -133,6 +157,8 @@ def _record(
                 code = code if code is not None else (0 if state == "succeeded" else 1)
                 db.update_job(job.id, state, exit_code=code, last_line=last)
             return state, code, last
+    if "pending" in states:  # queued on a cluster: why SLURM holds it (providers/slurm.py)
+        return "pending", None, next(s for s in statuses if s.get("state") == "pending")["reason"]
     return job.state, job.exit_code, job.last_line
 
 
@@ -160,6 +186,10 @@ def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
     """A dry run reads the db without creating or changing it and prints the commands."""
     db = JobsView() if dry_run else StateDB()
     job = job_or_fail(db, reference)
+    if job.provider == "slurm":
+        from launcher.ops.slurm import slurm_cancel
+
+        return slurm_cancel(job, grace_s, dry_run)
     commands = cancel_commands(job, grace_s)
     if dry_run:
         for line in cancel_lines(job, grace_s):

@@ -36,6 +36,14 @@ class SubmitOptions:
     max_price: float | None = None
     max_cost: float | None = None
     autostop_key_on_host: bool = False
+    recover: bool = False
+    """`--recover`: recovery with its defaults where the spec has no `recovery:`."""
+    attempt: int = 0
+    """A recovery's restart number (ops/recover_loop.py): the job's record is reused."""
+    resume_from: str | None = None
+    """The checkpoint a recovery pulls onto the new head (GPUJOB_RESUME_FROM)."""
+    before_start: Any = None
+    """A recovery's step between placement and start: `before_start(plan, placement)`."""
 
 
 def new_job_id(name: str) -> str:
@@ -57,11 +65,16 @@ def submit(options: SubmitOptions) -> int:
         with renting("submit --up"):
             return _submit(options, None)
     early = None
-    if options.on and not options.up and not options.dry_run:
+    slurm = any(value.startswith("slurm:") for value in options.on)
+    if options.on and not options.up and not options.dry_run and not slurm:
         from launcher.ops.placement import EarlyContact
         from launcher.plan.placement import split_on
 
         early = EarlyContact(split_on(options.on))
+    elif slurm and not options.dry_run:
+        from launcher.ops.slurm import EarlyCluster
+
+        early = EarlyCluster(options.on)
     try:
         return _submit(options, early)
     finally:
@@ -81,6 +94,17 @@ def _submit(options: SubmitOptions, early: Any) -> int:
     loaded = load_job_spec(options.spec_path, options.sets)
     spec = loaded.spec
     _say_translation(loaded, options.dry_run)
+    if spec.resources.use_spot and not options.up:  # only a rental is ever interruptible
+        where = "the --on hosts" if options.on else "this machine"
+        say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
+            f"effect without --up (nothing is rented); the job runs on {where}")  # fmt: skip
+    from launcher.ops.recover import policy_for
+
+    policy = policy_for(options, loaded)  # refused before anything is rented
+    if policy is not None and options.dry_run:
+        events = ", ".join(policy.on)
+        say(f"dry run: once the job runs, a recovery controller would follow it (up to "
+            f"{policy.max_restarts} restart(s) on {events})")  # fmt: skip
     if not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
@@ -103,11 +127,17 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         user=user_name(),
     )
 
+    if any(value.startswith("slurm:") for value in options.on):  # queued on a cluster
+        from launcher.ops.slurm import submit_to_slurm
+
+        if options.up:
+            raise UsageError("give --on slurm:NAME or --up, not both")
+        return submit_to_slurm(options, loaded, image, job_id, secret_values, sources, early)
+
     def plan_for(target: Any, image: Any, report: Any = say) -> Any:
         sync = preflight(loaded, target, image, report)
-        return build_plan(
-            spec, target, job_id, secret_values, image, sources, sync, follow=not options.detach
-        )
+        return build_plan(spec, target, job_id, secret_values, image, sources, sync,
+                          follow=not options.detach, resume_from=options.resume_from)  # fmt: skip
 
     # A Vast instance IS a container of the job's image: the job runs in its environment as
     # it is; building another from the pins there would be slow and offline.
@@ -128,6 +158,8 @@ def _submit(options: SubmitOptions, early: Any) -> int:
 
     try:
         check_before_start(loaded, plan, env_dir(target, image), connections, say, placed.facts)
+        if options.before_start is not None:
+            options.before_start(plan, placed)
         return _start(options, plan, loaded, connections, placed.records)
     finally:
         for conn in connections.values():
@@ -209,7 +241,8 @@ def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[A
                         max_duration_s=spec.max_duration,
                         autostop_s=autostop.idle_minutes * 60 if autostop else None,
                         autostop_stop=bool(autostop and not autostop.down),
-                        autostop_key_on_host=options.autostop_key_on_host)  # fmt: skip
+                        autostop_key_on_host=options.autostop_key_on_host,
+                        spot=spec.resources.use_spot)  # fmt: skip
     if options.provider == "vast" and request.image:
         os.environ.setdefault("GPUJOB_VAST_IMAGE", request.image)  # the instance IS the image
     instances = launch_hosts(request)
@@ -229,17 +262,20 @@ def _start(
     spec, job_id = loaded.spec, plan.job_id
 
     db = StateDB()
-    if db.job(job_id) is not None and db.job(job_id).id == job_id:  # type: ignore[union-attr]
+    taken = db.job(job_id) is not None and db.job(job_id).id == job_id  # type: ignore[union-attr]
+    if taken and not options.attempt:
         raise UsageError(f"job id {job_id} is taken", "leave out --job-id to get a new one")
     say(f"job {job_id}: {spec.name}, {plan.world_size} rank(s) on {plan.provider}")
-    db.add_job(
-        JobRecord(
-            id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
-            runtime=plan.runtime, hosts=hosts, node_dirs=plan.node_dirs,
-            state="starting", exit_code=None, created_at=time.time(), ended_at=None,
-            last_line=None, logs_to=plan.logs_to,
-        )
+    record = JobRecord(
+        id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
+        runtime=plan.runtime, hosts=hosts, node_dirs=plan.node_dirs,
+        state="starting", exit_code=None, created_at=time.time(), ended_at=None,
+        last_line=None, logs_to=plan.logs_to,
     )  # fmt: skip
+    if options.attempt:
+        db.restart_job(record)
+    else:
+        db.add_job(record)
     try:
         first_reads = apply_plan(plan, connections, say)
     except BaseException:
@@ -249,6 +285,12 @@ def _start(
 
     kept = hand_over()  # the job runs on the hosts --up rented: they outlive the command now
     db.update_job(job_id, "running")
+    from launcher.ops.recover import policy_for, watch_over
+
+    policy = policy_for(options, loaded)
+    if policy is not None and not options.attempt:
+        watch_over(job_id, options, policy)  # the controller, detached: it outlives us
+        kept = []  # the controller answers for the hosts now
     if options.detach:
         say(f"detached; follow it with: gpujob logs {job_id} -f")
         print(job_id)

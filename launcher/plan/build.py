@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 from launcher.agent import AGENT_FILE, agent_argv
 from launcher.errors import UsageError
 from launcher.plan import docker
+from launcher.plan.file_mounts import container_volumes, lasting_copies, mount_steps
 from launcher.plan.launch import (
     HOSTFILE,
     INIT_FILE,
@@ -27,6 +28,7 @@ from launcher.plan.launch import (
     run_script,
     user_run_file,
 )
+from launcher.plan.merge_step import merge_files
 from launcher.plan.model import (
     CopyFile,
     NodePlan,
@@ -47,8 +49,10 @@ from launcher.plan.node_files import (
     secrets_file,
 )
 from launcher.plan.reach import check_rendezvous, reach_checks
+from launcher.plan.setup_barrier import barrier_file
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
+from launcher.spec.run import ONE_PER_NODE
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # fullmatch: `$` would let "x\n" pass
 DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
@@ -92,9 +96,11 @@ def build_plan(
     sync: CheckpointSync | None = None,
     *,
     follow: bool = False,
+    resume_from: str | None = None,
 ) -> Plan:
     """`follow`: the log is followed from the start, so a one-node start also reads its
-    first bytes (one exec fewer before the first line is shown)."""
+    first bytes (one exec fewer before the first line is shown). `resume_from`: the name of
+    the checkpoint a recovery pulled into the checkpoint dir (GPUJOB_RESUME_FROM)."""
     if not JOB_ID.fullmatch(job_id):
         raise UsageError(f"job id {job_id!r}: use letters, digits, `.`, `_` and `-` (up to 128)")
     if len(target.hosts) != spec.nodes:
@@ -103,6 +109,8 @@ def build_plan(
     job_dir = str(PurePosixPath(target.job_root) / job_id)
     python = _job_python(target, image)
     derived = _derived_values(spec, job_id, job_dir)
+    if resume_from:
+        derived["resume_from"] = str(PurePosixPath(derived["checkpoint_dir"]) / resume_from)
     nodes = []
     shipped_to: set[str] = set()
     for rank, host in enumerate(target.hosts):
@@ -139,6 +147,7 @@ def build_plan(
         image_ref=target.image_ref if target.runtime == "docker" else None,
         logs_to=logs_path(sync.rclone_path, job_id) if sync else None,
         limits=job_limits(spec, sync),
+        one_process_per_node=spec.run.launcher_name in ONE_PER_NODE,
     )
 
 
@@ -200,7 +209,10 @@ def _node_plan(
     steps: list[Step] = []
     prepare: list[Step] = []  # after the files, which then go in one round trip
     if first_on_host:
+        ships, places = mount_steps(job_dir, spec, lasting_copies(spec, target, workdir_copy))
+        steps.extend(ships)  # every folder's listing before the batch's first command
         steps.extend(_workdir_steps(target, sources, f"{job_dir}/workdir"))
+        steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         if spec.run.serialize_init:
             steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
@@ -218,9 +230,12 @@ def _node_plan(
             steps.append(WriteFile(path=f"{job_dir}/{HOSTFILE}", content=hostfile(spec)))
     if spec.setup:
         steps.append(WriteFile(path=f"{node_dir}/setup.sh", content=spec.setup.rstrip() + "\n"))
+        if spec.nodes > 1:
+            steps.append(barrier_file(node_dir))
     shell_block = user_run_file(spec)
     if shell_block is not None:
         steps.append(WriteFile(path=f"{node_dir}/{USER_RUN_FILE}", content=shell_block))
+    steps.extend(merge_files(spec, node_dir, rank))
     node = NodeContext(spec, target, rank, job_dir, node_dir, python, values, sources.spec_where,
                        sources.user)  # fmt: skip
     steps.append(WriteFile(path=f"{node_dir}/run.sh", content=run_script(node), mode=0o755))
@@ -239,6 +254,7 @@ def _node_plan(
             shm_gb=spec.resources.shm_gb,
             grace_s=GRACE_S,
             env_file=f"{node_dir}/{SECRETS_ENV}" if secrets else None,
+            volumes=container_volumes(spec, target),
         )
     care = checkpoint_care(spec, job_dir, sync, job_id, node_env(node)) if first_on_host else None
     if care and sync and sync.env:

@@ -57,6 +57,7 @@ def run_argv(
     shm_gb: int,
     grace_s: int,
     env_file: str | None,
+    volumes: list[str] | None = None,
 ) -> list[str]:
     """The literal `docker run` the agent executes on the host (detached)."""
     workdir = f"{job_dir}/workdir"
@@ -81,6 +82,8 @@ def run_argv(
         "--volume", f"{node_dir}:{node_dir}",
         "--workdir", workdir,
     ]  # fmt: skip
+    for volume in volumes or ():  # file_mounts outside the workdir, at the same path
+        argv += ["--volume", volume]
     if env_file:
         argv += ["--env-file", env_file]
     argv += ["--entrypoint", "bash", _image(target), "-c", CONTAINER_SCRIPT]

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from launcher.errors import UsageError
+from launcher.plan.merge_step import merge_step
 from launcher.plan.model import Target
 from launcher.plan.render import render_shell
+from launcher.plan.setup_barrier import barrier_argv
 from launcher.spec.job import CLASHING_ENV, JobSpec
 from launcher.spec.run import ONE_PER_NODE
 
@@ -119,12 +121,24 @@ def run_script(node: NodeContext) -> str:
         memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
         workdir=f"{node.job_dir}/workdir",
         setup=f"{node.node_dir}/setup.sh" if spec.setup else None,
+        barrier=_setup_barrier(node),
+        merge=merge_step(spec, node.python, node.node_dir, node.rank),
         started=f"[gpujob] node {node.rank} of {spec.nodes} ({node.target.runtime} runtime): "
         + started_words(spec),
         python=node.python,
         command=launch_argv(node),
         ray=ray_context(node) if launcher == "ray" else None,
     )
+
+
+def _setup_barrier(node: NodeContext) -> list[list[str]] | None:
+    """With several nodes, every setup must succeed before any run starts (setup_barrier.py)."""
+    spec = node.spec
+    if not spec.setup or spec.nodes == 1:
+        return None
+    port = spec.run.rdzv_port
+    bound = spec.run.rdzv_timeout_s
+    return [barrier_argv(node.python, node.node_dir, node.rank, spec.nodes, node.head, port, bound)]
 
 
 def started_words(spec: JobSpec) -> str:

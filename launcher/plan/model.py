@@ -184,6 +184,8 @@ class Plan:
     logs_to: str | None = None
     """Where the agents ship each node's log (beside the checkpoints in S3), if anywhere."""
     limits: JobLimits | None = None
+    one_process_per_node: bool = False
+    """launcher none, ray or a shell block: one process per node, not ranks (the header says so)."""
 
     @property
     def node_dirs(self) -> list[str]:

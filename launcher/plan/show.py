@@ -32,9 +32,10 @@ MASK = "***"
 
 
 def plan_text(plan: Plan) -> str:
+    each = "1 process" if plan.one_process_per_node else f"{plan.nproc_per_node} rank(s)"
     head = (
         f"job {plan.job_id}: {plan.name} on {plan.provider} ({plan.runtime} runtime), "
-        f"{len(plan.nodes)} node(s) x {plan.nproc_per_node} rank(s) = world size {plan.world_size}"
+        f"{len(plan.nodes)} node(s) x {each} = world size {plan.world_size}"
     )
     lines = [head]
     if plan.grad_accum_steps is not None:
@@ -47,7 +48,7 @@ def plan_text(plan: Plan) -> str:
         lines.append("")
         lines.append(f"node {node.rank} on {node.host}: job dir {shown(node.job_dir)}")
         for step in node.steps if plan.starts_in_batch else node.preparation:
-            lines.extend(_step_lines(step))
+            lines.extend(step_lines(step))
     if not plan.starts_in_batch:
         lines.extend(_start_lines(plan))
     return "\n".join(lines) + "\n"
@@ -108,7 +109,7 @@ def _check_lines(check: ReachCheck) -> list[str]:
     return lines
 
 
-def _step_lines(step: object) -> list[str]:
+def step_lines(step: object) -> list[str]:
     if isinstance(step, WriteFile):
         out = [f"  write {shown(step.path)} (mode {step.mode:04o})"]
         body = _masked(step.content) if step.secret else shown(step.content)
@@ -119,8 +120,9 @@ def _step_lines(step: object) -> list[str]:
     if isinstance(step, SyncDir):
         how = "changed files only, files deleted here deleted there" if step.mirror else (
             "changed files only")  # fmt: skip
+        named = f"{', '.join(step.excludes)} and " if step.excludes else ""
         return [f"  sync  {step.source}/ -> {shown(step.path)}/ ({how}; excluding "
-                f"{', '.join(step.excludes)} and what .gitignore/.gpujobignore name)"]  # fmt: skip
+                f"{named}what .gitignore/.gpujobignore name)"]  # fmt: skip
     if isinstance(step, RunCommand):
         return _run_lines(step)
     raise TypeError(f"unknown plan step {step!r}")
@@ -191,5 +193,7 @@ def plan_json(plan: Plan) -> str:
         return shown(value) if isinstance(value, str) else value
 
     data = convert(plan)
+    if not plan.one_process_per_node:  # ranks: world_size and nproc_per_node say it all
+        del data["one_process_per_node"]
     data["starts_in_batch"] = plan.starts_in_batch
     return json.dumps(data, indent=2) + "\n"

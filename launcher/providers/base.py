@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from launcher.errors import GpujobError, UsageError
 from launcher.state.owner import TAG as TAG  # the tag and the names it starts, re-exported
@@ -70,6 +70,8 @@ class GpuRequest:
     min_disk_gb: int = 0
     max_price: float | None = None
     region: str | None = None
+    spot: bool = False
+    """Interruptible: rented at a bid (Vast), cheaper, and taken back when outbid."""
 
     @property
     def label(self) -> str:
@@ -82,6 +84,7 @@ def parse_gpu_request(
     min_disk_gb: int = 0,
     max_price: float | None = None,
     region: str | None = None,
+    spot: bool = False,
 ) -> GpuRequest:
     """`a100`, `h100:8`, `a100-80gb:2` (case-insensitive). Unknown names list the known ones,
     so a typo is answered with the fix rather than with "no offers"."""
@@ -95,7 +98,7 @@ def parse_gpu_request(
         raise UsageError(f"GPU count {count} is out of range", "ask for 1 to 16 GPUs per host")
     if max_price is not None and max_price <= 0:
         raise UsageError("--max-price must be above 0 ($/hour)")
-    return GpuRequest(GPUS[name], count, min_disk_gb, max_price, region)
+    return GpuRequest(GPUS[name], count, min_disk_gb, max_price, region, spot)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,9 @@ class Offer:
     price_per_hour: float
     disk_gb: float
     raw_id: str
+    bid: float | None = None
+    """An interruptible offer's bid, $/hour (what `launch` offers: Vast's `min_bid`); None
+    for on-demand. `price_per_hour` is what the host costs at that bid, disk included."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,11 @@ class Instance:
     None for an instance from before owners."""
     user: str | None = field(default=None, compare=False)
     """Who launched it, where the cloud's tags say."""
+    cloud_status: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The cloud's own status fields, as it gave them, where `detail` (one word) is not all
+    it said (Vast: actual_status, intended_status, cur_state, next_state, status_msg,
+    is_bid); empty when the cloud no longer knows the instance. `status` folds them; a loss
+    verdict needs them whole (launcher.providers.loss)."""
 
 
 STATUSES = ("booting", "running", "failed", "terminating", "terminated")

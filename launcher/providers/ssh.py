@@ -65,30 +65,39 @@ def parse_hosts(text: str, where: str) -> dict[str, HostEntry]:
         at = f"{where}: hosts[{index}]"
         if not isinstance(raw, dict):
             raise UsageError(f"{at}: expected a mapping", _HOSTS_HINT)
-        unknown = sorted(set(raw) - set(FIELDS))
-        if unknown:
-            raise UsageError(f"{at}: unknown field(s) {', '.join(unknown)}", _HOSTS_HINT)
-        for field in ("name", "address"):
-            if not isinstance(raw.get(field), str) or not raw[field].strip():
-                raise UsageError(f"{at}: `{field}` is required (a string)", _HOSTS_HINT)
-        port = raw.get("port")
-        if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
-            raise UsageError(f"{at}: port: {port!r} is not a port number (1-65535)")
-        name = raw["name"]
-        if name in hosts:
-            raise UsageError(f"{at}: the name {name!r} is used twice")
-        key = raw.get("key")
-        hosts[name] = HostEntry(
-            name=name,
-            address=raw["address"],
-            port=port,
-            user=raw.get("user"),
-            key=os.path.expanduser(str(key)) if key else None,
-        )
+        if raw.get("type") == "slurm":  # a cluster's login host: providers/slurm.py reads it
+            continue
+        entry = host_entry(raw, at)
+        if entry.name in hosts:
+            raise UsageError(f"{at}: the name {entry.name!r} is used twice")
+        hosts[entry.name] = entry
     return hosts
 
 
 _HOSTS_HINT = "entries are {name, address, port, user, key}; only name and address are required"
+
+
+def host_entry(
+    raw: dict[str, Any], at: str, fields: tuple[str, ...] = FIELDS, hint: str = _HOSTS_HINT
+) -> HostEntry:
+    """One entry's checks (also a SLURM login's, providers/slurm.py): known fields, name and
+    address, the port's type and range, the user's type."""
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise UsageError(f"{at}: unknown field(s) {', '.join(unknown)}", hint)
+    for field in ("name", "address"):
+        if not isinstance(raw.get(field), str) or not raw[field].strip():
+            raise UsageError(f"{at}: `{field}` is required (a string)", hint)
+    port = raw.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                             or not 0 < port < 65536):  # fmt: skip
+        raise UsageError(f"{at}: port: {port!r} is not a port number (1-65535)")
+    user = raw.get("user")
+    if user is not None and (not isinstance(user, str) or not user.strip()):
+        raise UsageError(f"{at}: user: {user!r} is not a user name (a string)")
+    key = raw.get("key")
+    return HostEntry(name=raw["name"], address=raw["address"], port=port, user=user,
+                     key=os.path.expanduser(str(key)) if key else None)  # fmt: skip
 
 
 def parse_user_at(text: str) -> HostEntry | None:

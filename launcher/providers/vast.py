@@ -48,6 +48,9 @@ MIN_DISK_GB = 20
 GONE_CODES = ("no_such_ask",)
 BOOTING = {None, "loading", "created", "restarting", "rebooting", "scheduling"}
 FAILED = {"exited", "unknown", "offline", "stopped", "frozen"}
+STATUS_FIELDS = ("actual_status", "intended_status", "cur_state", "next_state", "status_msg",
+                 "is_bid")  # fmt: skip
+"""What Vast says of an instance's state (§4.5), kept whole for loss verdicts (providers.loss)."""
 
 
 def _describe_error(reply: Any) -> str:
@@ -68,6 +71,7 @@ class Vast:
     ssh_user = "root"
     can_stop = True  # PUT state stopped: the GPU is freed, the disk still bills (§5)
     autostop_key = "instance"  # CONTAINER_API_KEY: start, stop or destroy this instance only
+    can_spot = True  # interruptible offers: `type: bid` searched, created with `price` (§3.1)
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None) -> None:
         from launcher.providers.http import bearer_client
@@ -100,7 +104,10 @@ class Vast:
     # --- offers ---------------------------------------------------------------------------
     def query(self, request: GpuRequest) -> dict[str, Any]:
         """The search body: Vast's own spaced GPU names, and the filters dstack and the CLI
-        use so that an offer found is one that boots (verified, reliable, direct SSH port)."""
+        use so that an offer found is one that boots (verified, reliable, direct SSH port).
+        Interruptible: ordered and capped by `min_bid` (any offer field orders and filters,
+        vast-api.md §2.2-2.3), so the 64 answered are the cheapest bids, not the cheapest
+        on-demand prices."""
         disk = max(request.min_disk_gb, MIN_DISK_GB)
         query: dict[str, Any] = {
             "verified": {"eq": True}, "external": {"eq": False},
@@ -109,13 +116,15 @@ class Vast:
             "num_gpus": {"eq": request.count}, "reliability": {"gte": MIN_RELIABILITY},
             "cuda_max_good": {"gte": MIN_CUDA}, "disk_space": {"gte": disk},
             "direct_port_count": {"gte": 1},
-            "order": [["dph_total", "asc"]], "type": "on-demand", "limit": 64,
-            "allocated_storage": disk,
+            "order": [["min_bid" if request.spot else "dph_total", "asc"]],
+            "type": "bid" if request.spot else "on-demand",
+            "limit": 64, "allocated_storage": disk,
         }  # fmt: skip
         if request.gpu.min_memory_gb:
             query["gpu_ram"] = {"gte": request.gpu.min_memory_gb * 1000 - 2000}  # MB, with slack
-        if request.max_price is not None:
-            query["dph_total"] = {"lte": request.max_price}
+        if request.max_price is not None:  # a bid's host costs the bid plus the disk: a bid
+            # over the cap is out here, and `offers` applies the whole cap once it has priced it
+            query["min_bid" if request.spot else "dph_total"] = {"lte": request.max_price}
         if request.region:
             query["geolocation"] = {"in": [request.region.upper()]}
         return query
@@ -132,16 +141,18 @@ class Vast:
         found = []
         for o in raw:
             try:
+                bid, price = _bid_and_price(o, disk) if request.spot else (None, o["dph_total"])
                 found.append(Offer(self.name, f"{o['num_gpus']}x {o['gpu_name']}",
                                    str(o["gpu_name"]), int(o["num_gpus"]),
                                    str(o.get("geolocation") or "").strip(),
-                                   float(o["dph_total"]), float(disk), str(o["id"])))  # fmt: skip
+                                   float(price), float(disk), str(o["id"]), bid))  # fmt: skip
             except (KeyError, TypeError, ValueError):
                 from launcher.providers.http import shape_error
 
-                raise shape_error(
-                    self.name, "POST /bundles/", "offers with id, dph_total"
-                ) from None
+                wanted = "offers with id, min_bid" if request.spot else "offers with id, dph_total"
+                raise shape_error(self.name, "POST /bundles/", wanted) from None
+        if request.spot and request.max_price is not None:  # the cap on what the host costs
+            found = [o for o in found if o.price_per_hour <= request.max_price]
         return sorted(found, key=lambda o: o.price_per_hour)
 
     # --- launch ---------------------------------------------------------------------------
@@ -159,7 +170,7 @@ class Vast:
         self.ensure_ssh_key(ssh_public_key)
         body = {"client_id": "me", "image": self.image, "disk": int(offer.disk_gb),
                 "label": name, "runtype": "ssh_direc ssh_proxy", "onstart": ONSTART,
-                "env": {}, "price": None, "cancel_unavail": True}  # fmt: skip
+                "env": {}, "price": offer.bid, "cancel_unavail": True}  # fmt: skip
         try:
             reply = self.api.call("PUT", f"/asks/{offer.raw_id}/", json=body, creates=True)
         except ProviderError as error:
@@ -173,7 +184,10 @@ class Vast:
         instance_id = str(reply["new_contract"])
         if reply.get("success") is False:  # created, but stopped: do not leave it billing disk
             self.terminate(instance_id)
-            raise ProviderError(f"{self.name}: {reply.get('msg') or reply.get('error')}")
+            said = f"{self.name}: {reply.get('msg') or reply.get('error')}"
+            if offer.bid is not None:  # outbid since the search: search again (§3.2)
+                raise CapacityError(said)
+            raise ProviderError(said)
         self._call("POST", f"/instances/{instance_id}/ssh/", None,
                    json={"ssh_key": ssh_public_key.strip()})  # fmt: skip
         return Instance(self.name, instance_id, name, "booting", ssh_user=self.ssh_user,
@@ -194,9 +208,11 @@ class Vast:
                 status = "booting" if actual in BOOTING else "failed"
             host, port = _ssh_address(raw) if status == "running" else (None, None)
             label = str(raw.get("label") or "")  # the name: its owner is in it
+            said = {k: raw.get(k) for k in STATUS_FIELDS}
             return Instance(self.name, str(raw["id"]), label, status, host,
                             port, self.ssh_user, raw.get("dph_total"),
-                            raw.get("start_date"), str(actual), owner_in_name(label))  # fmt: skip
+                            raw.get("start_date"), str(actual), owner_in_name(label),
+                            cloud_status=said)  # fmt: skip
         except (KeyError, TypeError, AttributeError, ValueError):
             from launcher.providers.http import shape_error
 
@@ -241,6 +257,18 @@ class Vast:
         (§3.3, §7.1): the user's never goes to the host."""
         return AutostopCall(self.name, self.host_api_url, instance_id,
                             "terminate" if down else "stop")  # fmt: skip
+
+
+def _bid_and_price(offer: dict[str, Any], disk_gb: float) -> tuple[float, float]:
+    """An interruptible offer's bid (its `min_bid`, as SkyPilot and dstack bid) and the host's
+    hourly price at that bid: the bid plus the disk at `storage_cost` $/GB/month (dstack's
+    sum, recovery.md §5.1, vast-api.md §2.3); a bid search's own `dph_total` is not
+    documented to price the bid."""
+    bid = float(offer["min_bid"])
+    storage = offer.get("storage_cost")
+    if storage is None:
+        return bid, float(offer["dph_total"])
+    return bid, round(bid + disk_gb * float(storage) / 30 / 24, 4)
 
 
 def _ssh_address(raw: dict[str, Any]) -> tuple[str | None, int | None]:

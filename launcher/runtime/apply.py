@@ -105,7 +105,7 @@ def _prepare(
         if command.starts_job:
             _require(node, command, result)
         else:
-            _require_prepared(node, command, result, report)
+            require_prepared(node, command, result, report)
     if not with_start:
         return None
     report(f"node {node.rank}: job started")
@@ -137,7 +137,7 @@ def _require(node: NodePlan, command: RunCommand, result: Result) -> None:
         )
 
 
-def _require_prepared(node: NodePlan, command: RunCommand, result: Result, report: Report) -> None:
+def require_prepared(node: NodePlan, command: RunCommand, result: Result, report: Report) -> None:
     """A preparation command that failed (the job environment, the workdir copy, the image
     pull): what failed, the line of its output that says why (pip's `ERROR: ...`), and
     what to check; exit 1. Its stderr is on the terminal already (streamed as it came);

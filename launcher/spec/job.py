@@ -12,12 +12,15 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
+from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, REMOTE_PATH, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
 
@@ -49,6 +52,11 @@ class Resources(StrictModel):
     idle_gpu: IdleGpuPolicy | None = None
     autostop: AutostopSpec | None = Field(
         default=None, description="For hosts `submit --up` rents; `up --autostop` for others."
+    )
+    use_spot: bool = Field(
+        default=False,
+        description="`submit --up` rents interruptible hosts at a bid (Vast; refused on Lambda, "
+        "which has none); an outbid host is stopped.",
     )
 
     @field_validator("accelerators")
@@ -173,11 +181,21 @@ class CheckpointSpec(StrictModel):
 
 
 class MergeSpec(StrictModel):
-    """A job that merges a LoRA adapter into its base (seed 002: never onto a quantized base)."""
+    """A job that trains, then merges its LoRA adapter into the base: after the run succeeds,
+    node 0 checks the adapter's own config and merges (seed 002: never onto a quantized base)."""
 
-    adapter: str = Field(description="Folder with adapter_config.json, relative to the spec.")
+    adapter: str = Field(
+        description="Folder with adapter_config.json: checked at submit where it is already "
+        "here (relative to the spec); else the job writes it (relative to the workdir on the "
+        "host) and `base` must be named."
+    )
     base: str | None = Field(
         default=None, description="The base the job merges into; default: the adapter's own."
+    )
+    into: str | None = Field(
+        default=None,
+        description="Where the merged model is saved, relative to the workdir on the host; "
+        "default: the adapter's folder with `-merged` appended.",
     )
 
 
@@ -191,6 +209,12 @@ class JobSpec(StrictModel):
     nodes: int = Field(default=1, ge=1)
     workdir: str = Field(default=".", description="Shipped to each node; relative to the spec.")
     setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
+    file_mounts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Local files and folders shipped to every node: destination (absolute, "
+        "`~/...`, or relative to the workdir) -> source on this machine (absolute or `~/...`); "
+        "a folder's contents go into the destination. Mounted at the same path in a container.",
+    )
     run: RunSpec
     batch: BatchSpec = Field(default_factory=BatchSpec)
     envs: dict[str, EnvValue] = Field(default_factory=dict)
@@ -204,6 +228,9 @@ class JobSpec(StrictModel):
         "sets them (ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES always are).",
     )
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    recovery: RecoverySpec | None = Field(
+        default=None, description="Restart on fresh hosts when a host is lost (`submit --up`)."
+    )
     storage: dict[str, S3Remote] = Field(
         default_factory=dict, description="S3 remotes by name; the user config adds more."
     )
@@ -217,6 +244,8 @@ class JobSpec(StrictModel):
     profiles: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Named overrides, chosen with `--set profile=NAME`."
     )
+    _file_modes: dict[str, int] = PrivateAttr(default_factory=dict)
+    """Each single-file mount's permission bits, read from this machine with the spec."""
 
     @field_validator("envs", "nccl", mode="before")
     @classmethod
@@ -249,6 +278,20 @@ class JobSpec(StrictModel):
                 raise ValueError(f"`{key}` is not an NCCL variable; put it under `envs`")
         return value
 
+    @field_validator("file_mounts")
+    @classmethod
+    def _mounts_exist_here(cls, value: dict[str, str]) -> dict[str, str]:
+        return checked_mounts(value)
+
+    @model_validator(mode="after")
+    def _mount_modes(self) -> JobSpec:
+        self._file_modes = file_modes(self.file_mounts)
+        return self
+
+    def file_mount_mode(self, dst: str) -> int:
+        """The permission bits a single-file mount keeps on the host."""
+        return self._file_modes.get(dst, 0o644)
+
     @field_validator("storage")
     @classmethod
     def _remote_names(cls, value: dict[str, S3Remote]) -> dict[str, S3Remote]:
@@ -272,6 +315,14 @@ class JobSpec(StrictModel):
             raise FieldError(
                 ("secrets",), f"{sorted(overlap)} is both in `envs` and `secrets`; keep one"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _recovery_resumes(self) -> JobSpec:
+        """A restart on a fresh host resumes from S3 only: the lost host's disk is gone."""
+        if self.recovery is not None and not self.checkpoints.sync_to:
+            raise FieldError(("recovery",), "recovery needs checkpoints.sync_to: a job restarted "
+                             "on a fresh host resumes from the checkpoints in S3")  # fmt: skip
         return self
 
     @model_validator(mode="after")

@@ -62,7 +62,12 @@ class RunSpec(StrictModel):
         "node count, and this field is refused.",
     )
     rdzv_port: int = Field(default=29400, ge=1, le=65535)
-    rdzv_timeout_s: int = Field(default=300, ge=5, description="Bound on the c10d rendezvous.")
+    rdzv_timeout_s: int = Field(
+        default=300,
+        ge=5,
+        description="Bound on the c10d rendezvous, and on how long node 0 waits for the other "
+        "nodes' `setup:` after its own (a node not heard by then ends the job, named).",
+    )
     max_restarts: int = Field(default=0, ge=0, description="torchrun only.")
     serialize_init: bool = Field(
         default=False,

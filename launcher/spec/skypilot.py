@@ -15,12 +15,12 @@ import difflib
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
 from launcher.errors import UsageError
 from launcher.spec.job import JobSpec, Resources, reserved_env
 from launcher.spec.limits import parse_duration
+from launcher.spec.sky_file_mounts import sky_file_mounts, sky_path
 from launcher.spec.yaml_lines import Path_
 
 SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", "secrets",
@@ -68,7 +68,6 @@ AUTOSTOP_WAIT = "jobs_and_ssh"
 """SkyPilot's `autostop.wait_for` that gpujob's host watcher keeps: idle means no job and no
 SSH session. `jobs` (SSH sessions ignored) and `none` (jobs too) would end a host sooner
 than gpujob's watcher does, so they are refused rather than kept longer and billed."""
-ENV_REF = re.compile(r"\$\{?\b([a-zA-Z_][a-zA-Z0-9_]*)\b}?")
 """SkyPilot's own pattern for `$VAR` and `${VAR}` in `workdir` (sky/task.py)."""
 CLOUDS = {"lambda", "vast", "ssh"}
 DEFAULTS = {
@@ -127,7 +126,7 @@ def translate(
         if not isinstance(data["workdir"], str):
             raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
                                 "clone it in `setup:`, or give a local folder")  # fmt: skip
-        workdir = _workdir(data["workdir"], envs, environ, cwd)
+        workdir = sky_path(data["workdir"], envs, environ, cwd)
         why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
         reader.put(("workdir",), ("workdir",), workdir, why=why)
     if "num_nodes" in data:
@@ -149,23 +148,13 @@ def translate(
     if secrets:
         reader.put(("secrets",), ("secrets",), secrets)
     if data.get("file_mounts"):
-        raise reader.refuse(("file_mounts",), "copying files outside the workdir is not built yet",
-                            "put the files in the workdir, or fetch them in `setup:`")  # fmt: skip
+        sky_file_mounts(reader, envs, environ, cwd)
     _resources(reader)
     return out
 
 
 def _stem(filename: str) -> str:
     return filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-
-
-def _workdir(value: str, envs: Mapping[str, str], environ: Mapping[str, str], cwd: str) -> str:
-    """SkyPilot's reading: the task's envs substituted (unknown names stay as written), `~`
-    expanded, then relative to the current folder."""
-    path = ENV_REF.sub(lambda m: envs.get(m.group(1), m.group(0)), value)
-    if (path == "~" or path.startswith("~/")) and environ.get("HOME"):
-        path = environ["HOME"] + path[1:]
-    return str(PurePosixPath(cwd) / path)
 
 
 @dataclass
@@ -309,9 +298,8 @@ def _resources(reader: _Reader) -> None:
             reader.put(("resources", "memory_gb"), loc, _size(reader, loc, value))
         elif key == "disk_size":
             reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
-        elif key == "use_spot" and value:
-            raise reader.refuse(loc, "interruptible hosts need recovery, not built yet",
-                                "rent on demand (remove it)")  # fmt: skip
+        elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
+            reader.put(("resources", "use_spot"), loc, value)
         elif key in ("cloud", "infra"):
             cloud = str(value).split("/")[0].lower()
             if cloud not in CLOUDS:

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at REAL NOT NULL,
     ended_at REAL,
     last_line TEXT,
-    logs_to TEXT
+    logs_to TEXT,
+    scheduler_job TEXT
 );
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL,
@@ -59,6 +60,8 @@ class JobRecord:
     last_line: str | None
     logs_to: str | None = None
     """Where the agents ship the node logs (rclone path in S3), for after the host is gone."""
+    scheduler_job: str | None = None
+    """The job's id in a cluster's scheduler (SLURM's job id), where one queued it."""
 
     @property
     def terminal(self) -> bool:
@@ -80,6 +83,8 @@ class StateDB:
                 columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
                 if "logs_to" not in columns:  # a state db from before logs were shipped
                     conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
+                if "scheduler_job" not in columns:  # a state db from before SLURM
+                    conn.execute("ALTER TABLE jobs ADD COLUMN scheduler_job TEXT")
                 self._schema_ready = True
             with conn:
                 yield conn
@@ -89,11 +94,12 @@ class StateDB:
     def add_job(self, job: JobRecord) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.id, job.name, job.spec_path, job.provider, job.runtime,
                     json.dumps(job.hosts), json.dumps(job.node_dirs), job.state,
                     job.exit_code, job.created_at, job.ended_at, job.last_line, job.logs_to,
+                    job.scheduler_job,
                 ),
             )  # fmt: skip
 
@@ -111,6 +117,18 @@ class StateDB:
                 " ended_at=COALESCE(ended_at, ?), last_line=COALESCE(?, last_line) WHERE id=?",
                 (state, exit_code, ended, last_line, job_id),
             )
+
+    def restart_job(self, job: JobRecord) -> None:
+        """The same job on new hosts (a recovery): its hosts and node folders replaced, its
+        end forgotten, and each node's log followed from byte 0 again (a new log)."""
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE jobs SET provider=?, runtime=?, hosts=?, node_dirs=?, state=?,"
+                " exit_code=NULL, ended_at=NULL, last_line=NULL, logs_to=? WHERE id=?",
+                (job.provider, job.runtime, json.dumps(job.hosts), json.dumps(job.node_dirs),
+                 job.state, job.logs_to, job.id),
+            )  # fmt: skip
+            conn.execute("DELETE FROM log_offsets WHERE job_id=?", (job.id,))
 
     def jobs(self, limit: int = 50) -> list[JobRecord]:
         with self._connect() as conn:
@@ -151,4 +169,5 @@ def _record(row: tuple) -> JobRecord:
         hosts=json.loads(row[5]), node_dirs=json.loads(row[6]), state=row[7],
         exit_code=row[8], created_at=row[9], ended_at=row[10], last_line=row[11],
         logs_to=row[12] if len(row) > 12 else None,
+        scheduler_job=row[13] if len(row) > 13 else None,
     )  # fmt: skip

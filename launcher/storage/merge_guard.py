@@ -1,85 +1,75 @@
 """Seed 002: a LoRA adapter trained on a 4-bit base and then merged gave a corrupted model.
 
-Before a job that merges an adapter starts, read its `adapter_config.json`; when the base is
-quantized (bitsandbytes 4/8-bit, GPTQ, AWQ), refuse and name the full-precision base to
-train and merge on instead.
+Before a job that merges an adapter starts, refuse a quantized base (bitsandbytes 4/8-bit,
+GPTQ, AWQ) and name the full-precision one instead. An adapter already here is judged as the
+host judges it before the merge (agent/merge_check.refusal: its own `adapter_config.json`,
+base and quantization, and `merge.base`), so submit never passes what the host refuses; one
+the job will write is judged by `merge.base`'s name now, and by its config on the host.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
+from launcher.agent.merge_check import fixes, quantization_of, refusal
 from launcher.errors import UsageError
 from launcher.spec.load import LoadedSpec
-
-QUANTIZED = re.compile(
-    r"(?i)([-_.](bnb|nf4|fp4)\b|[-_.]?\b(4|8)bit\b|[-_.]gptq\b|[-_.]awq\b|[-_.]int[48]\b)"
-)
-SUFFIXES = re.compile(
-    r"(?i)([-_.](unsloth[-_])?(bnb[-_.]?)?(4|8)bit|[-_.]bnb|[-_.]gptq(-int[48])?|[-_.]awq"
-    r"|[-_.]int[48]|[-_.]nf4)+$"
-)
-KNOWN = {
-    "unsloth/meta-llama-3.1-8b-instruct-unsloth-bnb-4bit": "meta-llama/Meta-Llama-3.1-8B-Instruct",
-    "unsloth/meta-llama-3.1-8b-instruct-bnb-4bit": "meta-llama/Meta-Llama-3.1-8B-Instruct",
-    "unsloth/meta-llama-3.1-8b-bnb-4bit": "meta-llama/Meta-Llama-3.1-8B",
-}
-"""Names users meet in the field whose full-precision base is not just the name minus a suffix."""
-
-
-def quantization_of(base: str, adapter_dir: Path) -> str | None:
-    """How the base is quantized ('bnb 4-bit', 'gptq', ...), or None for full precision."""
-    local = (adapter_dir / base) if not Path(base).is_absolute() else Path(base)
-    config = local / "config.json"
-    if config.is_file():
-        try:
-            quant = json.loads(config.read_text()).get("quantization_config") or {}
-        except ValueError:
-            quant = {}
-        if quant:
-            method = quant.get("quant_method", "quantized")
-            bits = "4-bit" if quant.get("load_in_4bit") else quant.get("bits", "")
-            return f"{method} {bits}".strip()
-    match = QUANTIZED.search(base)
-    return match.group(0).strip("-_.").lower() if match else None
-
-
-def full_precision(base: str) -> str:
-    if base.lower() in KNOWN:
-        return KNOWN[base.lower()]
-    stripped = SUFFIXES.sub("", base)
-    return stripped if stripped != base else f"the unquantized model {base} was made from"
 
 
 def check_merge(loaded: LoadedSpec) -> None:
     merge = loaded.spec.merge
     if merge is None:
         return
-    where = loaded.where("merge", "adapter")
     adapter = (loaded.path.parent / merge.adapter).resolve()
-    config_file = adapter / "adapter_config.json"
-    try:
-        config = json.loads(config_file.read_text())
-    except FileNotFoundError:
+    _inside_the_workdir(loaded)
+    if not adapter.exists():
+        _check_base_by_name(loaded, adapter)
+        return
+    why = refusal(adapter, merge.base or "", loaded.path.parent)
+    if why:
+        raise UsageError(f"{loaded.where('merge', 'adapter')}: merge.adapter: {why}")
+
+
+def _check_base_by_name(loaded: LoadedSpec, adapter: Path) -> None:
+    """An adapter the job will write: its base must be named, and a quantized name is
+    refused before anything runs (the host checks the adapter's own config again)."""
+    merge = loaded.spec.merge
+    assert merge is not None
+    if not merge.base:
         raise UsageError(
-            f"{where}: merge.adapter: no adapter_config.json in {adapter}",
-            "point merge.adapter at the adapter's folder",
-        ) from None
-    except ValueError as err:
-        raise UsageError(f"{config_file}: not JSON ({err})") from None
-    base = merge.base or config.get("base_model_name_or_path")
-    if not base:
-        raise UsageError(
-            f"{config_file}: no base_model_name_or_path",
-            "set merge.base to the model the adapter was trained on",
+            f"{loaded.where('merge', 'adapter')}: merge.adapter: {adapter} is not here, so the "
+            "job will write it; name the model it merges into with merge.base (checked now by "
+            "name, and against the adapter's adapter_config.json on the host before the merge)"
         )
-    quant = quantization_of(str(base), adapter)
+    quant = quantization_of(merge.base, loaded.path.parent)
     if quant:
         raise UsageError(
-            f"{where}: merge.adapter: the adapter was trained on {base}, a quantized base "
-            f"({quant}); merging it gives a corrupted model (4-bit rounding, seed 002)",
-            f"train the adapter on the full-precision base {full_precision(str(base))} and merge "
-            "onto that; quantize after merging if you need to",
+            f"{loaded.where('merge', 'base')}: merge.base: {merge.base} is a quantized base "
+            f"({quant}); merging the adapter {merge.adapter} into it gives a corrupted model "
+            f"(4-bit rounding, seed 002): {fixes(merge.base)}"
         )
+
+
+def _inside_the_workdir(loaded: LoadedSpec) -> None:
+    """The merge runs on the host from the workdir, so a relative adapter (and its merged
+    copy) must lie inside it; an absolute one is a path of the host."""
+    merge, workdir = loaded.spec.merge, loaded.spec.workdir
+    assert merge is not None
+    for name, value in (("adapter", merge.adapter), ("into", merge.into)):
+        if value is None or Path(value).is_absolute():
+            continue
+        if Path(workdir).is_absolute():
+            raise UsageError(
+                f"{loaded.where('merge', name)}: merge.{name}: {value} is relative to the spec, "
+                f"but the workdir {workdir} is absolute",
+                f"give merge.{name} as the absolute path the job writes on the host",
+            )
+        inside = (loaded.path.parent / value).resolve()
+        if not inside.is_relative_to(loaded.workdir):
+            raise UsageError(
+                f"{loaded.where('merge', name)}: merge.{name}: {value} is outside the workdir "
+                f"{workdir} (both are relative to the spec); the merge runs on the host inside "
+                f"the workdir",
+                f"write it as {workdir.rstrip('/')}/{value} if the job writes it there, or give "
+                "the host's absolute path",
+            )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -143,5 +144,72 @@ def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_
 def _comm(proc: Path) -> str:
     try:
         return (proc / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+# Node 1's `ray start` never returns, as it does not for a head it cannot reach (a firewall
+# on the Ray port): a hook in the job's PYTHONPATH holds that one process, and notes node 1's
+# `ray stop` in a file (its output goes nowhere); it leaves every other python alone.
+HOLD_RAY_JOIN = """\
+import os, sys, time
+if os.environ.get("GPUJOB_NODE_RANK") == "1" and "stop" in sys.argv:
+    with open(os.environ["STOP_SEEN"], "a") as seen:
+        seen.write("ray stop ran on node 1\\n")
+if os.environ.get("GPUJOB_NODE_RANK") == "1" and "start" in sys.argv and any(
+        arg.startswith("--address=") for arg in sys.argv):
+    print("held: joining a head that never answers", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(tmp_path: Path) -> None:
+    """The worker's try runs under `timeout`, in a process group of its own that the cancel's
+    TERM to the job's group misses: the run script must stop it and run `ray stop` at once.
+    Left waiting for the try, bash would take the grace's SIGKILL and never run `ray stop`,
+    and a Ray process started during the grace would outlive the job."""
+    hook, work, stop_seen = tmp_path / "hook", tmp_path / "work", tmp_path / "stop-seen.txt"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOLD_RAY_JOIN)
+    work.mkdir()
+    (work / "driver.py").write_text((REPO / "jobs" / "ray" / "driver.py").read_text())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: ray-join\nimage: host\nworkdir: work\nnodes: 2\n"
+                    f"envs:\n  PYTHONPATH: {hook}\n  STOP_SEEN: {stop_seen}\n"
+                    f"run:\n  entrypoint: driver.py\n  launcher: ray\n"
+                    f"  ray_port: {port}\n")  # fmt: skip
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
+    argv = [GPUJOB, "submit", str(spec), "--detach", "--job-id", "ray-join"]
+    started = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
+                             cwd=REPO, check=False)  # fmt: skip
+    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    logs = tmp_path / "state" / "jobs" / "ray-join"
+    deadline = time.monotonic() + 120
+    while not (_has(logs / "node-0" / "job.log", "Ray runtime started")
+               and _has(logs / "node-1" / "job.log", "held: joining")):  # fmt: skip
+        assert time.monotonic() < deadline, "the head never started or node 1 never tried"
+        time.sleep(0.2)
+    argv = [GPUJOB, "cancel", "ray-join", "--grace", "30"]
+    cancelled = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
+                               cwd=REPO, check=False)  # fmt: skip
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert stop_seen.is_file(), "node 1 never ran `ray stop`: its run script was SIGKILLed"
+    left = [f"{p.name}: {_cmdline(p)}" for p in Path("/proc").iterdir()
+            if p.name.isdigit() and (_comm(p) in ("raylet", "gcs_server")
+                                     or f":{port}" in _cmdline(p))]  # fmt: skip
+    assert left == [], f"Ray processes left: {left}"
+
+
+def _has(log: Path, text: str) -> bool:
+    return log.is_file() and text in log.read_text(errors="replace")
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""

@@ -119,3 +119,85 @@ def test_complete_when_is_the_only_rule_and_its_folder_part_must_match_too(
             f"checkpoints: {name}/ is complete by no rule (no .gpujob-complete, and not "
             "complete by checkpoints.complete_when `step_{step}/DONE`" in job.log
         ), job.log
+
+
+def test_verls_tracker_reaches_the_bucket_after_its_checkpoint_and_a_pull_restores_it(
+    agent_job, remote, tmp_path: Path, gpujob
+) -> None:
+    """verl resumes from `latest_checkpointed_iteration.txt`: in S3 it only ever names a
+    checkpoint whose marker is there (sampled all along the run), and a pull writes it."""
+    import boto3
+    from conftest import KEY_ID, SECRET, s3_keys
+
+    from launcher.storage.rclone_config import env_vars
+    from launcher.storage.remotes import credentials, user_remotes
+
+    bucket, prefix = remote["bucket"], "verl"
+    ckpt = tmp_path / "ckpts"
+    ckpt.mkdir()
+    (tmp_path / "saver.py").write_text(SAVER)
+    job = agent_job(ckpt, [], keep_last=2, storage_env_file="storage.json",
+                    sync_to=f"gpujob_t:{bucket}/{prefix}")  # fmt: skip
+    config = json.loads((job.node_dir / "job.json").read_text())
+    config["argv"] = ["python3", str(tmp_path / "saver.py"), str(ckpt), "verl"]
+    (job.node_dir / "job.json").write_text(json.dumps(config))
+    t = user_remotes()["t"]
+    (job.node_dir / "storage.json").write_text(json.dumps(env_vars(t, credentials(t))))
+    job.start()
+    s3 = boto3.client("s3", endpoint_url=remote["url"], region_name="us-east-1",
+                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
+    tracker = f"{prefix}/latest_checkpointed_iteration.txt"
+    named: set[int] = set()
+
+    def tracker_names_a_whole_checkpoint() -> bool:
+        keys = s3_keys(remote["url"], bucket, prefix + "/")
+        if tracker in keys:
+            step = int(s3.get_object(Bucket=bucket, Key=tracker)["Body"].read())
+            assert f"{prefix}/global_step_{step}/.gpujob-complete" in keys, keys
+            named.add(step)
+        return job.status.get("state") in ("succeeded", "failed")
+
+    wait_until(tracker_names_a_whole_checkpoint, "the job to end", 90)
+    assert job.status["state"] == "succeeded", job.log
+    wait_until(tracker_names_a_whole_checkpoint, "a last look at the bucket", 5)
+    assert max(named) == 30, (named, job.log)
+
+    dest = tmp_path / "resume"
+    pulled = gpujob("sync-ckpt", "--from", f"t:{prefix}", "--latest", "--dest", str(dest))
+    assert pulled.exit_code == 0, pulled.stderr
+    assert "latest_checkpointed_iteration.txt: 30 (verl's tracker)" in pulled.stdout
+    assert (dest / "latest_checkpointed_iteration.txt").read_text() == "30"
+    assert (dest / "global_step_30" / "weights.bin").stat().st_size == 1000
+
+
+def test_an_unchanged_tracker_is_not_sent_again(remote, tmp_path: Path) -> None:
+    """The agent pushes on every pass of its checkpoint care: verl's tracker goes up once per
+    step it names, not once per pass (the copy taken out of the bucket stays out until the
+    tracker names a new landed step)."""
+    import boto3
+    from conftest import KEY_ID, SECRET
+
+    import launcher.agent.ckpt_sync  # noqa: F401 - puts the agent's folder on sys.path
+    from launcher.storage.rclone_config import env_vars
+    from launcher.storage.remotes import credentials, user_remotes
+
+    from ckpt_rclone import Rclone  # isort: skip
+    from ckpt_tracker import push_tracker  # isort: skip
+
+    t = user_remotes()["t"]
+    rc = Rclone(env_vars(t, credentials(t)))
+    bucket, key = remote["bucket"], "verl-again/latest_checkpointed_iteration.txt"
+    where = f"gpujob_t:{bucket}/verl-again"
+    s3 = boto3.client("s3", endpoint_url=remote["url"], region_name="us-east-1",
+                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("10")
+    push_tracker(rc, tmp_path, where, {"global_step_10"})
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"10"
+    s3.delete_object(Bucket=bucket, Key=key)
+    push_tracker(rc, tmp_path, where, {"global_step_10"})  # the next pass: nothing changed
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=key)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("20")
+    push_tracker(rc, tmp_path, where, {"global_step_10"})  # names a step not landed yet
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=key)
+    push_tracker(rc, tmp_path, where, {"global_step_10", "global_step_20"})
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"20"

@@ -63,6 +63,13 @@ def launcher_scripts(launcher: str | None, **run: str) -> list[str]:
     return [run_sh(plan, 0), run_sh(plan, 1)]
 
 
+def merge_scripts(launcher: str) -> list[str]:
+    """A job that trains, then merges: the program waited for, the merge after it."""
+    spec = spec_of(nodes=2, run={"module": "pkg.train", "launcher": launcher},
+                   merge={"adapter": "out/lora", "base": "b"})  # fmt: skip
+    return [run_sh(plan_of(spec, TWO_HOSTS), 0)]
+
+
 @pytest.mark.parametrize(
     "scripts",
     [
@@ -75,6 +82,10 @@ def launcher_scripts(launcher: str | None, **run: str) -> list[str]:
             for launcher in ("deepspeed", "accelerate", "ray", "none")
         ],
         pytest.param(lambda: launcher_scripts(None, shell="echo $SKYPILOT_NODE_RANK"), id="shell"),
+        *[
+            pytest.param(lambda launcher=launcher: merge_scripts(launcher), id=f"merge-{launcher}")
+            for launcher in ("torchrun", "ray")
+        ],
     ],
 )
 def test_run_scripts_pass_shellcheck(scripts: Callable[[], list[str]]) -> None:

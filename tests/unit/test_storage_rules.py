@@ -160,8 +160,9 @@ def test_merge_onto_a_quantized_base_is_refused_with_the_base_to_use(
     (tmp_path / "m.py").write_text("")
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 2, result.stderr
-    assert f"{spec}:5: merge.adapter: the adapter was trained on {base}" in result.stderr
-    assert f"full-precision base {use} and merge" in result.stderr
+    config = tmp_path / "adapter" / "adapter_config.json"
+    assert f"{spec}:5: merge.adapter: {config}: the adapter was trained on {base}" in result.stderr
+    assert f"merge into the 16-bit base {use} (train the adapter on it)" in result.stderr
 
 
 def test_merge_guard_reads_a_local_base_config_and_passes_full_precision(gpujob, tmp_path):

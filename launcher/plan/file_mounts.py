@@ -1,0 +1,92 @@
+"""`file_mounts` in a Plan: each local source shipped once per host the way the workdir is
+(locally into the job's folder; on a remote host into a lasting copy per local path, only
+what changed moving), then copied into place on the host by a command the dry run shows.
+
+SkyPilot's order (skypilot-task.md §5.2): after the workdir, so a mount inside the workdir
+overwrites what the workdir put there. A relative destination is inside the job's workdir
+(SkyPilot's `~/sky_workdir`); `~/...` is the home of the host's user, expanded there. In a
+container each destination outside the workdir is mounted at the same path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from launcher.errors import UsageError
+from launcher.plan.model import CopyFile, RunCommand, Step, SyncDir, Target
+from launcher.spec.job import JobSpec
+
+# $1 the shipped copy, $2 the destination (`~` expanded by the host's shell): a folder's
+# contents go into the destination, a file becomes it (an empty folder ships nothing).
+PLACE = """\
+set -eu
+src=$1 dst=$2
+case $dst in "~/"*) dst=$HOME/${dst#"~/"} ;; esac
+if [ -f "$src" ]; then
+  mkdir -p "$(dirname "$dst")" && cp -a "$src" "$dst"
+else
+  mkdir -p "$src" "$dst" && cp -a "$src/." "$dst/"
+fi"""
+HOME_SUFFIX = "/.gpujob/jobs"
+
+
+def on_host(dst: str, job_dir: str) -> str:
+    """The destination as the host names it (`~/...` left for its shell)."""
+    if dst.startswith(("/", "~/")):
+        return dst
+    return f"{job_dir}/workdir/{dst}"
+
+
+def mount_steps(
+    job_dir: str, spec: JobSpec, lasting: dict[str, str]
+) -> tuple[list[Step], list[Step]]:
+    """What ships each source, and the commands that put each in place: apart, because a
+    node's batch takes every folder's listing before its first command runs (remote/batch.py).
+    `lasting`: the host's lasting copy of each local folder (remote hosts only)."""
+    ships: list[Step] = []
+    places: list[Step] = []
+    for index, (dst, src) in enumerate(sorted(spec.file_mounts.items())):
+        shipped = lasting.get(src) or f"{job_dir}/mounts/{index}"
+        if not src.endswith("/"):
+            ships.append(CopyFile(source=src, path=shipped, mode=spec.file_mount_mode(dst)))
+        else:
+            ships.append(SyncDir(source=src.rstrip("/"), path=shipped, mirror=src in lasting))
+        places.append(
+            RunCommand(
+                argv=("sh", "-c", PLACE, "sh", shipped, on_host(dst, job_dir)),
+                why=f"put file_mounts {dst} in place",
+                hint="the host's user must be able to write there: use a path under `~/` or "
+                "one relative to the workdir",
+            )
+        )
+    return ships, places
+
+
+def container_volumes(spec: JobSpec, target: Target) -> list[str]:
+    """`--volume` values: each destination outside the workdir, at the same path inside."""
+    volumes = []
+    for dst in sorted(spec.file_mounts):
+        if dst.startswith("~/"):
+            home = target.job_root.removesuffix(HOME_SUFFIX)
+            if home == target.job_root:
+                raise UsageError(
+                    f"file_mounts: {dst}: this host's home is not known to the plan for a "
+                    "container on this machine",
+                    "give the destination as an absolute path, or one relative to the workdir",
+                )
+            dst = f"{home}/{dst[2:]}"
+        if dst.startswith("/"):
+            volumes.append(f"{dst}:{dst}")
+    return volumes
+
+
+def lasting_copies(
+    spec: JobSpec, target: Target, copy_of: Callable[[Target, str], str]
+) -> dict[str, str]:
+    """Remote hosts keep one copy per local folder (`copy_of(target, folder)`), so a second
+    submit ships only what changed; files, and jobs on this machine, go through the job's
+    own folder."""
+    if target.provider == "local":
+        return {}
+    folders = [src for src in spec.file_mounts.values() if src.endswith("/")]
+    return {src: copy_of(target, src.rstrip("/")) for src in folders}

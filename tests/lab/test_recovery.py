@@ -1,0 +1,391 @@
+"""Recovery through the real CLI: `submit --up` of the quickstart with `recovery:` on a host
+from the Lambda or Vast fake (real lab hosts behind them, checkpoints in the lab's S3). The
+host is lost mid-job as a cloud loses it (terminated through the cloud's API, a container
+destroyed, an instance that reports `exited`); the job finishes on a replacement, resumed
+from the last synced checkpoint: every step after the resume point once, the last step the
+one asked for, the same losses as before the loss (same data order), and no instance left.
+
+The loss lands at a known point without a clock: once the log shows a few steps past the
+first checkpoint, the job's own processes are paused (SIGSTOP, by pid, found by the job id
+in their environment), the checkpoint's marker is awaited in S3, and then the host goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import test_up_hosts as up_hosts
+from labtools import GPUJOB, wait_until
+
+from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake
+
+pytestmark = pytest.mark.lab
+# Both fakes over this module's `backend` (which builds the job image first), and what each
+# cloud lists as live: the `up` tests' own.
+clouds, live = up_hosts.clouds, up_hosts.live
+REPO = Path(__file__).resolve().parents[2]
+STEP = re.compile(rb"step (\d+)/(\d+) loss ([0-9.]+)")
+MARKER = ".gpujob-complete"
+
+
+@pytest.fixture
+def backend(lab: None, tmp_path: Path) -> Iterator[Any]:
+    from infra.fakes.lab_backend import LabBackend
+    from infra.lab import job_image
+
+    job_image.build(report=lambda line: print(f"lab: {line}"))
+    made = LabBackend(tmp_path / "records.json")
+    yield made
+    made.close()  # whatever a failed test left running
+
+
+@pytest.fixture
+def bucket(lab: None) -> str:
+    from infra.lab import s3
+
+    return s3.create_bucket()
+
+
+@pytest.fixture
+def env(clouds: dict[str, RunningFake], bucket: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A user's shell: the clouds' keys and URLs, the lab's S3 as remote `lab`, and the
+    controller's knobs made short (poll, SSH window, retry wait)."""
+    from infra.lab import registry, s3, user_key
+
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "config.yaml").write_text(json.dumps({"remotes": {"lab": {
+        "provider": "Other", "endpoint": s3.endpoint(), "bucket": bucket,
+        "host_endpoint": s3.endpoint(for_hosts=True),
+        "access_key_env": "GJ_LAB_KEY", "secret_key_env": "GJ_LAB_SECRET"}}}))  # fmt: skip
+    made = {
+        **os.environ,
+        "GPUJOB_STATE_DIR": str(tmp_path / "state"),
+        "GPUJOB_CACHE_DIR": str(tmp_path / "cache"),
+        "GPUJOB_HOSTS_FILE": str(tmp_path / "hosts.yaml"),
+        "GPUJOB_CONFIG_DIR": str(config),
+        "GPUJOB_SSH_KEY": str(user_key()),
+        "GPUJOB_POLL_S": "0.5",
+        "GPUJOB_RETRY_BASE_S": "0.05",
+        "GPUJOB_RECOVER_UNREACHABLE_S": "10",
+        "GPUJOB_RECOVER_RETRY_S": "0.5",
+        "GPUJOB_LAMBDA_SSH_USER": "root",
+        "LAMBDA_API_KEY": LAMBDA_API_KEY,
+        "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
+        "VAST_API_KEY": VAST_API_KEY,
+        "GPUJOB_VAST_API_URL": clouds["vast"].url,
+        "GPUJOB_REGISTRY": registry.ADDRESS,
+        "GPUJOB_IMAGE_REPO": "gpujob-lab/job",
+        "GJ_LAB_KEY": s3.ACCESS_KEY,
+        "GJ_LAB_SECRET": s3.SECRET_KEY,
+    }
+    yield made
+    stop_controllers(made)
+    subprocess.run([GPUJOB, "down", "--all"], env=made, capture_output=True, timeout=300)
+
+
+def stop_controllers(env: dict[str, str]) -> None:
+    """A failed test may leave a controller running: ended by its recorded pid."""
+    import sqlite3
+
+    db = Path(env["GPUJOB_STATE_DIR"]) / "state.db"
+    if not db.exists():
+        return
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            pids = [row[0] for row in conn.execute("SELECT pid FROM recoveries") if row[0]]
+        except sqlite3.OperationalError:
+            return
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if b"recover" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+
+
+def job_spec(tmp_path: Path, *, steps: int = 60, nodes: int = 1, restarts: int = 2,
+             extra: str = "") -> str:  # fmt: skip
+    spec = tmp_path / "qs.yaml"
+    spec.write_text(
+        f"name: qs\nimage: lab-cpu\nworkdir: {REPO / 'jobs' / 'quickstart'}\nnodes: {nodes}\n"
+        "resources: {cpus: 2, disk_gb: 1}\n"
+        "run: {entrypoint: train.py, nproc_per_node: 2, args: "
+        f'["--steps", "{steps}", "--seq-len", "64", "--log-every", "1"]}}\n'
+        "batch: {global_batch: 16, micro_batch: 4}\nenvs: {OMP_NUM_THREADS: 1}\n"
+        "checkpoints: {dir: checkpoints, every_steps: 20, keep_last: 2, sync_to: 'lab:runs/qs'}\n"
+        f"recovery: {{max_restarts: {restarts}}}\n{extra}"
+    )
+    return str(spec)
+
+
+class Command:
+    """The real `gpujob` in a subprocess; both of its streams drained as they come."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen([GPUJOB, *args], env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        self.out, self.err = bytearray(), bytearray()
+        self.drains = [threading.Thread(target=self._drain, args=(pipe, into), daemon=True)
+                       for pipe, into in ((self.proc.stdout, self.out),
+                                          (self.proc.stderr, self.err))]  # fmt: skip
+        for drain in self.drains:
+            drain.start()
+
+    @staticmethod
+    def _drain(pipe: Any, into: bytearray) -> None:
+        while chunk := os.read(pipe.fileno(), 65536):
+            into += chunk
+
+    def wait_for(self, pattern: bytes, timeout: float = 600, stdout: bool = True) -> None:
+        stream = self.out if stdout else self.err
+        wait_until(lambda: re.search(pattern, stream) is not None or self.proc.poll() is not None,
+                   f"gpujob printing {pattern!r}", timeout)  # fmt: skip
+        assert re.search(pattern, stream), self.text()
+
+    def finish(self, timeout: float = 900) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"gpujob did not exit:\n{self.text()}") from None
+        for drain in self.drains:
+            drain.join()
+        return code
+
+    def text(self) -> str:
+        out, err = (bytes(b).decode(errors="replace") for b in (self.out, self.err))
+        return f"--- stdout (end) ---\n{out[-4000:]}\n--- stderr (end) ---\n{err[-6000:]}"
+
+
+def pause_job(job_id: str) -> list[int]:
+    """SIGSTOP every process of the job on its host (found by GPUJOB_JOB_ID in their
+    environment): the job stays where it is until its host goes."""
+    mark = f"GPUJOB_JOB_ID={job_id}\0".encode()
+    paused = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark in Path(f"/proc/{pid}/environ").read_bytes():
+                os.kill(int(pid), signal.SIGSTOP)
+                paused.append(int(pid))
+        except (OSError, ProcessLookupError):
+            continue
+    assert paused, f"no process of job {job_id} found"
+    return paused
+
+
+def synced(bucket: str, name: str) -> bool:
+    from infra.lab import s3
+
+    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"runs/qs/{name}/{MARKER}")
+    return bool(listed.get("Contents"))
+
+
+def lose(fake: RunningFake, provider: str, how: str, instance_id: str) -> None:
+    """The host goes as a cloud loses it, through the cloud's own API (or the fake's
+    control for what only the cloud can do: an instance that reports `exited`)."""
+    if how == "terminate":
+        reply = requests.post(f"{fake.url}/instance-operations/terminate", timeout=10,
+                              json={"instance_ids": [instance_id]},
+                              headers={"Authorization": f"Bearer {LAMBDA_API_KEY}"})  # fmt: skip
+        reply.raise_for_status()
+    elif how == "destroy":
+        reply = requests.delete(f"{fake.url}/instances/{instance_id}/", timeout=10, json={},
+                                headers={"Authorization": f"Bearer {VAST_API_KEY}"})  # fmt: skip
+        reply.raise_for_status()
+    else:
+        fake.control.instance(instance_id, actual_status="exited")
+
+
+def steps_of(text: bytes) -> list[tuple[int, int, str]]:
+    return [(int(m[1]), int(m[2]), m[3].decode()) for m in STEP.finditer(text)]
+
+
+def check_resumed(out: bytes, steps: int, resumed_at: int) -> None:
+    """Every step after the resume point once, up to the last one asked for, and the
+    losses of the steps both attempts ran equal (the same data, the same state)."""
+    before, marker, after = bytes(out).partition(
+        f"resumed from checkpoint-{resumed_at} (step {resumed_at})".encode()
+    )
+    assert marker, out.decode(errors="replace")[-3000:]
+    second = steps_of(after)
+    assert [s for s, _, _ in second] == list(range(resumed_at + 1, steps + 1)), second
+    assert {total for _, total, _ in second} == {steps}
+    first = {s: loss for s, _, loss in steps_of(before)}
+    both = [s for s, _, _ in second if s in first]
+    assert both, (sorted(first), resumed_at)  # the first attempt got past the checkpoint
+    assert [first[s] for s in both] == [loss for s, _, loss in second if s in first]
+
+
+def job_row(env: dict[str, str], job_id: str) -> dict[str, Any]:
+    done = subprocess.run([GPUJOB, "status", "--json"], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return next(row for row in json.loads(done.stdout)["jobs"] if row["id"] == job_id)
+
+
+LOSSES = [("lambda", "terminate"), ("vast", "destroy"), ("vast", "exited")]
+
+
+@pytest.mark.parametrize(("provider", "how"), LOSSES)
+def test_a_lost_host_is_replaced_and_the_job_resumes_from_the_last_synced_checkpoint(
+    env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path,
+    provider: str, how: str,
+) -> None:  # fmt: skip
+    job_id = f"rec-{provider}-{how}"
+    fake = clouds[provider]
+    submit = Command(env, "submit", job_spec(tmp_path), "--up", "a100", "--provider", provider,
+                     "--allow-cpu", "--job-id", job_id)  # fmt: skip
+    submit.wait_for(rb"step 23/60")
+    pause_job(job_id)
+    wait_until(lambda: synced(bucket, "checkpoint-20"), "checkpoint-20 in S3")
+    (first,) = live(fake, provider)
+    lose(fake, provider, how, str(first["id"]))
+
+    assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
+    err = bytes(submit.err).decode()
+    why = "preempted" if how == "exited" else "host_lost"
+    assert re.search(rf"recovering \(attempt 2, restart 1/2, {why}: gpujob-\S+ .*from step 20\)",
+                     err), submit.text()  # fmt: skip
+    check_resumed(bytes(submit.out), 60, 20)
+    assert live(fake, provider) == []
+    row = job_row(env, job_id)
+    assert (row["state"], row["exit_code"]) == ("succeeded", 0)
+    assert row["recovery"]["phase"] == "finished" and row["recovery"]["restarts"] == 1
+
+
+def test_max_restarts_used_up_stops_and_terminates_every_host(
+    env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path
+) -> None:
+    """`max_restarts: 1` and two losses: the first is recovered, the second stops the
+    controller with the reason, no instance is left and the checkpoints stay in S3."""
+    job_id = "rec-twice"
+    fake = clouds["lambda"]
+    submit = Command(env, "submit", job_spec(tmp_path, restarts=1), "--up", "a100",
+                     "--allow-cpu", "--job-id", job_id)  # fmt: skip
+    submit.wait_for(rb"step 23/60")
+    pause_job(job_id)
+    wait_until(lambda: synced(bucket, "checkpoint-20"), "checkpoint-20 in S3")
+    (first,) = live(fake, "lambda")
+    lose(fake, "lambda", "terminate", first["id"])
+    submit.wait_for(rb"resumed from checkpoint-20 \(step 20\)")
+    (second,) = live(fake, "lambda")
+    assert second["id"] != first["id"]
+    lose(fake, "lambda", "terminate", second["id"])
+
+    assert submit.finish() == 1, submit.text()
+    last = bytes(submit.err).decode().strip().splitlines()
+    stopped = next(line for line in last if "recovery stopped" in line)
+    assert "max_restarts (1) used up: host_lost on node 0" in stopped, submit.text()
+    assert "its checkpoints stay in S3" in stopped
+    assert last[-1] == f"gpujob: job {job_id} failed (exit code 1)", submit.text()
+    assert live(fake, "lambda") == []
+    assert synced(bucket, "checkpoint-20")
+    row = job_row(env, job_id)
+    assert (row["state"], row["recovery"]["phase"], row["recovery"]["restarts"]) == (
+        "failed", "stopped", 1)  # fmt: skip
+
+
+def test_capacity_gone_at_recovery_time_stops_after_bounded_tries(
+    env: dict[str, str], clouds: dict[str, RunningFake], tmp_path: Path
+) -> None:
+    job_id = "rec-nocap"
+    fake = clouds["lambda"]
+    submit = Command(env, "submit", job_spec(tmp_path), "--up", "a100", "--allow-cpu",
+                     "--job-id", job_id)  # fmt: skip
+    submit.wait_for(rb"step 3/60")
+    # Listed as available, refused at launch (the capacity a terminate frees included).
+    fake.control.capacity(count=5, race=True)
+    (first,) = live(fake, "lambda")
+    lose(fake, "lambda", "terminate", first["id"])
+
+    assert submit.finish() == 1, submit.text()
+    err = bytes(submit.err).decode()
+    assert err.count("renting again failed (try") == 2, submit.text()  # then the third stops
+    assert re.search(r"recovery stopped: could not rent and start job rec-nocap again after 3 "
+                     r"tries: lambda: no capacity for a100:1", err), submit.text()  # fmt: skip
+    assert live(fake, "lambda") == []
+
+
+def test_a_killed_controller_is_restarted_by_recover_and_adopts_the_running_job(
+    env: dict[str, str], clouds: dict[str, RunningFake], tmp_path: Path
+) -> None:
+    job_id = "rec-adopt"
+    started = subprocess.run(
+        [GPUJOB, "submit", job_spec(tmp_path, steps=40), "--up", "a100", "--allow-cpu",
+         "--job-id", job_id, "--detach"], env=env, capture_output=True, timeout=600,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr.decode()[-3000:]
+    pid = job_row(env, job_id)["recovery"]["controller_pid"]
+    assert pid
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat")
+               .read_bytes().split()[2], "the controller gone")  # fmt: skip
+    assert job_row(env, job_id)["recovery"]["controller_pid"] is None
+
+    again = subprocess.run([GPUJOB, "recover", job_id], env=env, capture_output=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert b"it adopts the job where it is" in again.stderr
+    adopted = job_row(env, job_id)["recovery"]["controller_pid"]
+    assert adopted and adopted != pid
+    twice = subprocess.run([GPUJOB, "recover", job_id], env=env, capture_output=True, timeout=60)
+    assert f"controller pid {adopted} follows it already".encode() in twice.stderr
+
+    follow = Command(env, "logs", job_id, "-f")
+    assert follow.finish() == 0, follow.text()
+    assert b"resumed from" not in follow.out and b"recovering" not in follow.err
+    assert [s for s, _, _ in steps_of(bytes(follow.out))] == list(range(1, 41))
+    assert live(clouds["lambda"], "lambda") == []
+    row = job_row(env, job_id)
+    assert (row["state"], row["recovery"]["phase"], row["recovery"]["restarts"]) == (
+        "succeeded", "finished", 0)  # fmt: skip
+
+
+def test_two_nodes_restart_together_when_node_1s_host_is_lost(
+    env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path
+) -> None:
+    job_id = "rec-2n"
+    fake = clouds["lambda"]
+    submit = Command(env, "submit", job_spec(tmp_path, nodes=2), "--up", "a100", "--allow-cpu",
+                     "--job-id", job_id)  # fmt: skip
+    submit.wait_for(rb"step 23/60")
+    pause_job(job_id)
+    wait_until(lambda: synced(bucket, "checkpoint-20"), "checkpoint-20 in S3")
+    hosts = json.loads(subprocess.run([GPUJOB, "status", "--json"], env=env,
+                                      capture_output=True, timeout=60).stdout)["hosts"]  # fmt: skip
+    records = {h["name"]: h for h in hosts if h["status"] == "running"}
+    node_1 = json.loads(job_row_hosts(env, job_id)[1])["name"]
+    lose(fake, "lambda", "terminate", str(records[node_1]["instance_id"]))
+
+    assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
+    err = bytes(submit.err).decode()
+    assert re.search(rf"recovering \(attempt 2, restart 1/2, host_lost: {node_1} .*from step 20\)",
+                     err), submit.text()  # fmt: skip
+    check_resumed(bytes(submit.out), 60, 20)
+    assert bytes(submit.out).count(b"rank 3/4: ready") == 2  # both nodes, in both attempts
+    assert live(fake, "lambda") == []
+
+
+def controller_log(env: dict[str, str], job_id: str) -> str:
+    """The end of the controller's own log, for a failure's message."""
+    path = Path(env["GPUJOB_STATE_DIR"]) / "recovery" / f"{job_id}.log"
+    text = path.read_text(errors="replace") if path.exists() else "(none)"
+    return f"\n--- controller log (end) ---\n{text[-8000:]}"
+
+
+def job_row_hosts(env: dict[str, str], job_id: str) -> list[str]:
+    """The job's hosts as its record holds them, read from the state db."""
+    import sqlite3
+
+    db = Path(env["GPUJOB_STATE_DIR"]) / "state.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        (hosts,) = conn.execute("SELECT hosts FROM jobs WHERE id=?", (job_id,)).fetchone()
+    return json.loads(hosts)
