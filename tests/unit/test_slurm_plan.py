@@ -4,11 +4,14 @@ run by bash with fake SLURM commands), the container line, the state laid over t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -335,3 +338,63 @@ def test_an_end_no_agent_recorded_shows_the_tail_of_slurms_output() -> None:
         "SLURM FAILED (NonZeroExitCode); slurm-9.out ends: [gpujob] node n2 has no usable "
         "NodeAddr (scontrol says '')"
     )
+
+
+FAKE_AGENT = r"""
+import json, os, subprocess, sys, time
+command, node_dir = sys.argv[1], sys.argv[2]
+if command == "start":
+    supervisor = subprocess.Popen(
+        ["bash", "-c", os.environ["SUPERVISOR"], "supervisor", node_dir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with open(os.path.join(node_dir, "supervisor.pid"), "w") as handle:
+        handle.write(str(supervisor.pid))
+    time.sleep(0.5)  # the node step is signalled meanwhile
+    print(json.dumps({"state": "running", "supervisor_pid": supervisor.pid}))
+"""
+SUPERVISOR = """\
+trap 'printf "{\\n  \\"state\\": \\"timed out\\",\\n  \\"exit_code\\": 124\\n}\\n" \
+> "$1/status.json"; exit 0' USR1
+while :; do sleep 0.05; done
+"""
+
+
+def test_the_node_step_passes_an_early_usr1_on_to_its_own_agent(tmp_path: Path) -> None:
+    """USR1 while `agent start` still runs (its default would end the node step): remembered,
+    then sent to this node's supervisor once its pid is known; the step exits with the code
+    the agent recorded."""
+    from launcher.agent import AGENT_FILE
+
+    planned = plan()
+    root = tmp_path / "job"
+    node_dir = root / "node-0"
+    node_dir.mkdir(parents=True)
+    (root / AGENT_FILE).write_text(FAKE_AGENT)
+    step = planned.node_step.replace(planned.job_dir, str(root))
+    env = dict(os.environ, SLURM_NODEID="0", SUPERVISOR=SUPERVISOR)
+    proc = subprocess.Popen(["bash", "-c", step, "node-step", "5"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    pid_file = node_dir / "supervisor.pid"
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pid_file.exists(), "the fake agent started"
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 124, out + err
+        assert json.loads((node_dir / "status.json").read_text())["state"] == "timed out"
+    finally:
+        proc.kill()
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_an_unreachable_controller_is_a_failure_not_a_refusal() -> None:
+    from launcher.ops.slurm import UNREACHABLE
+
+    said = ("sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+            "(connect failure)")  # fmt: skip
+    assert UNREACHABLE.search(said)
+    assert not UNREACHABLE.search("sbatch: error: Batch job submission failed: Invalid feature")
