@@ -136,9 +136,22 @@ def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_
     assert "[node 1] [gpujob] ray: node 1 (127.0.0.1) joined" in done.stdout
     assert "[node 0] driver: 2 node(s) in the cluster" in done.stdout
     assert "[node 0] task on node 1: ran at" in done.stdout
-    left = [p.name for p in Path("/proc").iterdir()
-            if p.name.isdigit() and _comm(p) in ("raylet", "gcs_server")]  # fmt: skip
+    left = _ray_left()
     assert left == [], f"Ray processes left: {left}"
+
+
+def _ray_left(port: int | None = None, settle_s: float = 20.0) -> list[str]:
+    """Ray processes still alive once those already exiting have had `settle_s` to go: a
+    raylet seen in its last moments is not left behind; one alive after that is."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        mark = f":{port}" if port is not None else None
+        left = [f"{p.name}: {_comm(p)} {_cmdline(p)}".strip() for p in Path("/proc").iterdir()
+                if p.name.isdigit() and (_comm(p) in ("raylet", "gcs_server")
+                                         or (mark and mark in _cmdline(p)))]  # fmt: skip
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def _comm(proc: Path) -> str:
@@ -188,24 +201,33 @@ def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(tmp_path: 
                              cwd=REPO, check=False)  # fmt: skip
     assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
     logs = tmp_path / "state" / "jobs" / "ray-join"
-    deadline = time.monotonic() + 120
-    while not (_has(logs / "node-0" / "job.log", "Ray runtime started")
-               and _has(logs / "node-1" / "job.log", "held: joining")):  # fmt: skip
-        assert time.monotonic() < deadline, "the head never started or node 1 never tried"
-        time.sleep(0.2)
     argv = [GPUJOB, "cancel", "ray-join", "--grace", "30"]
+    try:
+        deadline = time.monotonic() + 120
+        while not (_has(logs / "node-0" / "job.log", "Ray runtime started")
+                   and _has(logs / "node-1" / "job.log", "held: joining")):  # fmt: skip
+            assert time.monotonic() < deadline, (
+                "the head never started or node 1 never tried:\n"
+                + ("\n".join(_tail(logs / f"node-{rank}" / "job.log") for rank in (0, 1)))
+            )
+            time.sleep(0.2)
+    except BaseException:
+        subprocess.run(argv, env=env, capture_output=True, timeout=300, cwd=REPO, check=False)
+        raise
     cancelled = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
                                cwd=REPO, check=False)  # fmt: skip
     assert cancelled.returncode == 0, cancelled.stderr
     assert stop_seen.is_file(), "node 1 never ran `ray stop`: its run script was SIGKILLed"
-    left = [f"{p.name}: {_cmdline(p)}" for p in Path("/proc").iterdir()
-            if p.name.isdigit() and (_comm(p) in ("raylet", "gcs_server")
-                                     or f":{port}" in _cmdline(p))]  # fmt: skip
+    left = _ray_left(port)
     assert left == [], f"Ray processes left: {left}"
 
 
 def _has(log: Path, text: str) -> bool:
     return log.is_file() and text in log.read_text(errors="replace")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-1500:] if log.is_file() else f"{log}: none"
 
 
 def _cmdline(proc: Path) -> str:
