@@ -24,7 +24,7 @@ from launcher.errors import UsageError
 from launcher.ops import say
 from launcher.paths import state_dir
 from launcher.plan.recovery import Policy
-from launcher.state.recovery import RecoveryDB
+from launcher.state.recovery import RECOVERING, STOPPED, RecoveryDB
 
 REQUEST_FIELDS = ("sets", "up", "provider", "runtime", "allow_cpu", "disk", "max_price",
                   "max_cost", "autostop_key_on_host")  # fmt: skip
@@ -171,3 +171,20 @@ def status_note(job_id: str) -> dict[str, Any] | None:
     return {"phase": record.phase, "restarts": record.restarts,
             "max_restarts": record.max_restarts, "controller_pid": pid,
             "line": record.line or ""}  # fmt: skip
+
+
+def cancel_recovering(job_id: str) -> bool:
+    """`gpujob cancel` of a job whose hosts are being replaced: there is no agent to ask, so
+    the cancel is recorded, and the controller makes no restart (what it has rented for one
+    is terminated). False when the job is not being recovered (the agents are asked)."""
+    from launcher.state.db import StateDB
+
+    rdb = RecoveryDB()
+    record = rdb.get(job_id)
+    if record is None or record.phase != RECOVERING:
+        return False
+    rdb.update(job_id, phase=STOPPED)
+    rdb.say(job_id, record.restarts, f"job {job_id} cancelled while it was recovered; no restart")
+    StateDB().update_job(job_id, "cancelled")
+    say(f"job {job_id} cancelled: it was being recovered; its controller makes no restart")
+    return True

@@ -101,10 +101,12 @@ def _follow_attempt(
     from launcher.ops.jobs import close_all, job_connections
     from launcher.runtime.logs import NodeStream, Output, follow_logs, stop_on_signals
 
+    rdb, attempt = RecoveryDB(), _attempt(job.id)
     try:
         conns = connections or job_connections(job)
     except (GpujobError, OSError, EOFError) as error:
-        say(f"job {job.id}: {error.one_line()}; waiting for its recovery controller's word")
+        if not _superseded(rdb, job.id, attempt):
+            say(f"job {job.id}: {_one_line(error)}; waiting for its recovery controller's word")
         return
     patience = float(os.environ.get("GPUJOB_RECOVER_FOLLOW_PATIENCE_S", "10"))
     streams = []
@@ -122,17 +124,50 @@ def _follow_attempt(
     def record(stream: NodeStream) -> None:
         db.set_offset(job.id, stream.rank, stream.offset)
 
+    def note(line: str) -> None:
+        """A retry line for this attempt's hosts, unless the controller has given them up."""
+        if _superseded(rdb, job.id, attempt):
+            raise _Superseded
+        say(line)
+
     try:
         with stop_on_signals():
-            follow_logs(streams, output, follow=True, on_progress=record, note=say)
+            follow_logs(streams, output, follow=True, on_progress=record, note=note)
+    except _Superseded:
+        pass  # the controller recovers: its line and the new attempt's log come next
     except GpujobError as error:
+        if _superseded(rdb, job.id, attempt):
+            return
         say(f"job {job.id}: {error.one_line()}; waiting for its recovery controller's word")
     except (OSError, EOFError) as error:  # a host torn down mid-handshake (paramiko: EOFError)
+        if _superseded(rdb, job.id, attempt):
+            return
         say(f"job {job.id}: a host stopped answering ({error!r}); waiting for its recovery "
             "controller's word")  # fmt: skip
     finally:
         if connections is None:
             close_all(conns)
+
+
+class _Superseded(Exception):
+    """The controller has given up this attempt's hosts: reading them again says nothing."""
+
+
+def _attempt(job_id: str) -> int:
+    record = RecoveryDB().get(job_id)
+    return record.restarts if record else 0
+
+
+def _superseded(rdb: RecoveryDB, job_id: str, attempt: int) -> bool:
+    """The controller recovers the job, or has started a later attempt, or is done."""
+    record = rdb.get(job_id)
+    return (
+        record is None or record.over or record.phase == RECOVERING or (record.restarts != attempt)
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    return error.one_line() if isinstance(error, GpujobError) else repr(error)
 
 
 def _exit_code(job: JobRecord) -> int:

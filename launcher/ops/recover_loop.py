@@ -163,6 +163,8 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
     tries = 0
     while True:
         tries += 1
+        if _cancelled_meanwhile(job.id, rdb):
+            return 0
         try:
             _start_again(job.id, request, restart, checkpoint)
             break
@@ -177,11 +179,31 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
             rdb.say(job.id, restart - 1, retry, headline=False)
             say(retry)
             time.sleep(delay)
+    if _cancelled_meanwhile(job.id, rdb):  # while it rented: what it started goes too
+        return 0
     with _signals_held():
         rdb.update(job.id, phase=WATCHING, restarts=restart)
     say(f"job {job.id}: attempt {restart + 1} runs, {time.monotonic() - lost_at:.1f} s after "
         "the loss was seen")  # fmt: skip
     return None
+
+
+def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
+    """`gpujob cancel` while the job was being recovered (ops.recover.cancel_recovering):
+    no restart; whatever this attempt started is terminated."""
+    from launcher.ops.recover_steps import terminate_hosts
+
+    record = rdb.get(job_id)
+    if record is None or not record.over:
+        return False
+    db = StateDB()
+    job = db.job(job_id)
+    if job is not None:
+        with _signals_held():
+            terminate_hosts(job, "the job was cancelled while it was recovered")
+            db.update_job(job_id, "cancelled", exit_code=job.exit_code)
+    say(f"job {job_id}: cancelled by the user while it was recovered; no restart")
+    return True
 
 
 def _start_again(job_id: str, request: dict[str, Any], restart: int, checkpoint: Any) -> None:

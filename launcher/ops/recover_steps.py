@@ -118,8 +118,11 @@ def terminate_hosts(job: JobRecord, why: str) -> list[str]:
         if host.instance_id is None:
             continue
         try:
-            inst = provider.describe(host.instance_id)
-            if inst.status not in ("terminated", "terminating"):
+            try:
+                gone = provider.describe(host.instance_id).status in ("terminated", "terminating")
+            except GpujobError:  # the cloud's API failing: terminate it all the same
+                gone = False
+            if not gone:
                 provider.terminate(host.instance_id)
                 say(f"terminated {host.name} ({provider.name} {host.instance_id}): {why}")
         except GpujobError as error:

@@ -36,7 +36,7 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
         statuses = None
         recovery = status_note(job.id)
         if recovery is not None and recovery["phase"] == "recovering":
-            state = recovery["line"]  # its hosts are being replaced: none to ask
+            state = "recovering"  # its hosts are being replaced: none to ask (the line: below)
         elif not job.terminal:
             statuses = _node_statuses(job)
             if statuses is None:
@@ -101,6 +101,8 @@ def recovery_text(recovery: dict[str, Any] | None) -> str:
         return f"{recovery['phase']} after {restarts}"
     pid = recovery["controller_pid"]
     who = f"controller pid {pid}" if pid else "no controller (`gpujob recover JOB`)"
+    if recovery["phase"] == "recovering":  # recovering (attempt 2, ..., from step 40)
+        return f"{recovery['line']}; {who}"
     return f"{who}, {restarts}"
 
 
@@ -190,6 +192,10 @@ def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
         from launcher.ops.slurm import slurm_cancel
 
         return slurm_cancel(job, grace_s, dry_run)
+    from launcher.ops.recover import cancel_recovering
+
+    if not dry_run and cancel_recovering(job.id):  # its hosts are being replaced: none to ask
+        return 0
     commands = cancel_commands(job, grace_s)
     if dry_run:
         for line in cancel_lines(job, grace_s):

@@ -107,6 +107,10 @@ class Unreachable:
 
 def decide(policy: Policy, restarts: int, nodes: list[NodeSeen], now: float) -> Decision:
     """What the nodes seen at `now` call for, given `restarts` already made."""
+    cancelled = [n for n in nodes if n.state == "cancelled"]
+    if cancelled:  # the user's word: the other nodes' failures follow from it, never a restart
+        node = cancelled[0]
+        return Finished("cancelled", node.exit_code if node.exit_code is not None else 1)
     event = _infrastructure_event(policy, nodes, now)
     if event is None:
         waiting = [n for n in nodes if n.state is None]

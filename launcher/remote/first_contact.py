@@ -51,8 +51,19 @@ def check_host_key(endpoint: Endpoint, known_hosts: KnownHosts) -> bool:
         return known_hosts.check(endpoint.pin_name, key.get_name(), key.get_base64())
     except paramiko.SSHException as err:
         raise not_sshd(where, str(err)) from None
+    except (EOFError, OSError) as err:
+        # A host going away mid-handshake (a terminated instance, a container destroyed):
+        # paramiko's transport thread hands back a bare EOFError or a socket error, which
+        # click would otherwise report as `aborted`.
+        raise unreachable(where, _why(err)) from None
     finally:
         transport.close()
+
+
+def _why(err: BaseException) -> str:
+    if isinstance(err, EOFError):
+        return "the connection closed during the SSH handshake"
+    return (err.strerror if isinstance(err, OSError) else None) or str(err) or type(err).__name__
 
 
 def unreachable(where: str, why: str) -> GpujobError:

@@ -37,6 +37,8 @@ clouds, live = up_hosts.clouds, up_hosts.live
 REPO = Path(__file__).resolve().parents[2]
 STEP = re.compile(rb"step (\d+)/(\d+) loss ([0-9.]+)")
 MARKER = ".gpujob-complete"
+STEPS = 30
+"""A checkpoint every 10 steps: a loss at step 13 resumes from 10, one at 23 from 20."""
 
 
 @pytest.fixture
@@ -80,6 +82,7 @@ def env(clouds: dict[str, RunningFake], bucket: str, tmp_path: Path) -> Iterator
         "GPUJOB_RETRY_BASE_S": "0.05",
         "GPUJOB_RECOVER_UNREACHABLE_S": "10",
         "GPUJOB_RECOVER_RETRY_S": "0.5",
+        "GPUJOB_RECOVER_FOLLOW_PATIENCE_S": "3",
         "GPUJOB_LAMBDA_SSH_USER": "root",
         "LAMBDA_API_KEY": LAMBDA_API_KEY,
         "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
@@ -113,7 +116,7 @@ def stop_controllers(env: dict[str, str]) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def job_spec(tmp_path: Path, *, steps: int = 60, nodes: int = 1, restarts: int = 2,
+def job_spec(tmp_path: Path, *, steps: int = STEPS, nodes: int = 1, restarts: int = 2,
              extra: str = "") -> str:  # fmt: skip
     spec = tmp_path / "qs.yaml"
     spec.write_text(
@@ -122,7 +125,7 @@ def job_spec(tmp_path: Path, *, steps: int = 60, nodes: int = 1, restarts: int =
         "run: {entrypoint: train.py, nproc_per_node: 2, args: "
         f'["--steps", "{steps}", "--seq-len", "64", "--log-every", "1"]}}\n'
         "batch: {global_batch: 16, micro_batch: 4}\nenvs: {OMP_NUM_THREADS: 1}\n"
-        "checkpoints: {dir: checkpoints, every_steps: 20, keep_last: 2, sync_to: 'lab:runs/qs'}\n"
+        "checkpoints: {dir: checkpoints, every_steps: 10, keep_last: 2, sync_to: 'lab:runs/qs'}\n"
         f"recovery: {{max_restarts: {restarts}}}\n{extra}"
     )
     return str(spec)
@@ -210,20 +213,37 @@ def steps_of(text: bytes) -> list[tuple[int, int, str]]:
     return [(int(m[1]), int(m[2]), m[3].decode()) for m in STEP.finditer(text)]
 
 
-def check_resumed(out: bytes, steps: int, resumed_at: int) -> None:
-    """Every step after the resume point once, up to the last one asked for, and the
-    losses of the steps both attempts ran equal (the same data, the same state)."""
-    before, marker, after = bytes(out).partition(
-        f"resumed from checkpoint-{resumed_at} (step {resumed_at})".encode()
-    )
-    assert marker, out.decode(errors="replace")[-3000:]
-    second = steps_of(after)
-    assert [s for s, _, _ in second] == list(range(resumed_at + 1, steps + 1)), second
-    assert {total for _, total, _ in second} == {steps}
-    first = {s: loss for s, _, loss in steps_of(before)}
-    both = [s for s, _, _ in second if s in first]
-    assert both, (sorted(first), resumed_at)  # the first attempt got past the checkpoint
-    assert [first[s] for s in both] == [loss for s, _, loss in second if s in first]
+def check_resumed(out: bytes, steps: int, *resumed_at: int) -> None:
+    """After each resume point, every step once up to the next loss (or the last step asked
+    for), and the losses of the steps two attempts both ran equal (the same data, state)."""
+    text, attempts = bytes(out), []
+    for step in resumed_at:
+        before, marker, text = text.partition(
+            f"resumed from checkpoint-{step} (step {step})".encode()
+        )
+        assert marker, bytes(out).decode(errors="replace")[-3000:]
+        attempts.append(before)
+    attempts.append(text)
+    last = steps_of(attempts[-1])
+    assert [s for s, _, _ in last] == list(range(resumed_at[-1] + 1, steps + 1)), last
+    for earlier, later, step in zip(attempts, attempts[1:], resumed_at, strict=False):
+        first = {s: loss for s, _, loss in steps_of(earlier)}
+        second = steps_of(later)
+        assert {total for _, total, _ in second} == {steps}
+        ran = [s for s, _, _ in second]
+        assert ran == list(range(step + 1, step + 1 + len(ran))), second
+        both = [s for s, _, _ in second if s in first]
+        assert both, (sorted(first), step)  # the earlier attempt got past the checkpoint
+        assert [first[s] for s in both] == [loss for s, _, loss in second if s in first]
+
+
+def no_secret_in_the_controller_log(env: dict[str, str], job_id: str) -> None:
+    """The controller's log holds what it said, never a key it was given, nor a traceback."""
+    text = (Path(env["GPUJOB_STATE_DIR"]) / "recovery" / f"{job_id}.log").read_text()
+    assert "recovering (attempt 2" in text, text[-3000:]
+    for name in ("LAMBDA_API_KEY", "VAST_API_KEY", "GJ_LAB_KEY", "GJ_LAB_SECRET"):
+        assert env[name] not in text, name
+    assert "Traceback" not in text, text[-3000:]
 
 
 def job_row(env: dict[str, str], job_id: str) -> dict[str, Any]:
@@ -232,34 +252,56 @@ def job_row(env: dict[str, str], job_id: str) -> dict[str, Any]:
     return next(row for row in json.loads(done.stdout)["jobs"] if row["id"] == job_id)
 
 
-LOSSES = [("lambda", "terminate"), ("vast", "destroy"), ("vast", "exited")]
+def lose_after(submit: Command, fake: RunningFake, bucket: str, job_id: str, provider: str,
+               how: str, checkpoint: int) -> str:  # fmt: skip
+    """Once the log is 3 steps past `checkpoint` (of this attempt), the job is paused, the
+    checkpoint awaited in S3, and then its one host goes as `how` says: its instance id."""
+    submit.wait_for(rf"step {checkpoint + 3}/{STEPS}".encode())
+    pause_job(job_id)
+    wait_until(lambda: synced(bucket, f"checkpoint-{checkpoint}"), f"checkpoint-{checkpoint} in S3")
+    (host,) = live(fake, provider)
+    lose(fake, provider, how, str(host["id"]))
+    return str(host["id"])
 
 
-@pytest.mark.parametrize(("provider", "how"), LOSSES)
+# Lambda: terminated through its API. Vast: the container destroyed and then, on the
+# replacement, an instance that reports `exited` (preempted): two losses in one job.
+LOSSES = {"lambda": [("terminate", "host_lost")],
+          "vast": [("destroy", "host_lost"), ("exited", "preempted")]}  # fmt: skip
+
+
+@pytest.mark.parametrize("provider", list(LOSSES))
 def test_a_lost_host_is_replaced_and_the_job_resumes_from_the_last_synced_checkpoint(
     env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path,
-    provider: str, how: str,
+    provider: str,
 ) -> None:  # fmt: skip
-    job_id = f"rec-{provider}-{how}"
-    fake = clouds[provider]
+    job_id = f"rec-{provider}"
+    fake, losses = clouds[provider], LOSSES[provider]
     submit = Command(env, "submit", job_spec(tmp_path), "--up", "a100", "--provider", provider,
                      "--allow-cpu", "--job-id", job_id)  # fmt: skip
-    submit.wait_for(rb"step 23/60")
-    pause_job(job_id)
-    wait_until(lambda: synced(bucket, "checkpoint-20"), "checkpoint-20 in S3")
-    (first,) = live(fake, provider)
-    lose(fake, provider, how, str(first["id"]))
+    resumed_at = []
+    for n, (how, _) in enumerate(losses):
+        checkpoint = 10 * (n + 1)
+        if n:
+            submit.wait_for(rf"resumed from checkpoint-{10 * n} \(step {10 * n}\)".encode())
+        lose_after(submit, fake, bucket, job_id, provider, how, checkpoint)
+        resumed_at.append(checkpoint)
 
     assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
     err = bytes(submit.err).decode()
-    why = "preempted" if how == "exited" else "host_lost"
-    assert re.search(rf"recovering \(attempt 2, restart 1/2, {why}: gpujob-\S+ .*from step 20\)",
-                     err), submit.text()  # fmt: skip
-    check_resumed(bytes(submit.out), 60, 20)
+    for n, (_, why) in enumerate(losses, start=1):
+        assert re.search(rf"recovering \(attempt {n + 1}, restart {n}/2, {why}: gpujob-\S+ "
+                         rf".*from step {10 * n}\)", err), submit.text()  # fmt: skip
+    assert "aborted" not in err and "Traceback" not in err, submit.text()
+    # Once the controller has said it recovers, the follow stops retrying the old hosts.
+    assert "trying again" not in err.partition("recovering (attempt 2")[2], submit.text()
+    check_resumed(bytes(submit.out), STEPS, *resumed_at)
     assert live(fake, provider) == []
     row = job_row(env, job_id)
     assert (row["state"], row["exit_code"]) == ("succeeded", 0)
-    assert row["recovery"]["phase"] == "finished" and row["recovery"]["restarts"] == 1
+    assert row["recovery"]["phase"] == "finished"
+    assert row["recovery"]["restarts"] == len(losses)
+    no_secret_in_the_controller_log(env, job_id)
 
 
 def test_max_restarts_used_up_stops_and_terminates_every_host(
@@ -271,14 +313,10 @@ def test_max_restarts_used_up_stops_and_terminates_every_host(
     fake = clouds["lambda"]
     submit = Command(env, "submit", job_spec(tmp_path, restarts=1), "--up", "a100",
                      "--allow-cpu", "--job-id", job_id)  # fmt: skip
-    submit.wait_for(rb"step 23/60")
-    pause_job(job_id)
-    wait_until(lambda: synced(bucket, "checkpoint-20"), "checkpoint-20 in S3")
-    (first,) = live(fake, "lambda")
-    lose(fake, "lambda", "terminate", first["id"])
-    submit.wait_for(rb"resumed from checkpoint-20 \(step 20\)")
+    first = lose_after(submit, fake, bucket, job_id, "lambda", "terminate", 10)
+    submit.wait_for(rb"resumed from checkpoint-10 \(step 10\)")
     (second,) = live(fake, "lambda")
-    assert second["id"] != first["id"]
+    assert second["id"] != first
     lose(fake, "lambda", "terminate", second["id"])
 
     assert submit.finish() == 1, submit.text()
@@ -288,7 +326,7 @@ def test_max_restarts_used_up_stops_and_terminates_every_host(
     assert "its checkpoints stay in S3" in stopped
     assert last[-1] == f"gpujob: job {job_id} failed (exit code 1)", submit.text()
     assert live(fake, "lambda") == []
-    assert synced(bucket, "checkpoint-20")
+    assert synced(bucket, "checkpoint-10")
     row = job_row(env, job_id)
     assert (row["state"], row["recovery"]["phase"], row["recovery"]["restarts"]) == (
         "failed", "stopped", 1)  # fmt: skip
@@ -301,7 +339,7 @@ def test_capacity_gone_at_recovery_time_stops_after_bounded_tries(
     fake = clouds["lambda"]
     submit = Command(env, "submit", job_spec(tmp_path), "--up", "a100", "--allow-cpu",
                      "--job-id", job_id)  # fmt: skip
-    submit.wait_for(rb"step 3/60")
+    submit.wait_for(rf"step 3/{STEPS}".encode())
     # Listed as available, refused at launch (the capacity a terminate frees included).
     fake.control.capacity(count=5, race=True)
     (first,) = live(fake, "lambda")
@@ -356,9 +394,9 @@ def test_two_nodes_restart_together_when_node_1s_host_is_lost(
     fake = clouds["lambda"]
     submit = Command(env, "submit", job_spec(tmp_path, nodes=2), "--up", "a100", "--allow-cpu",
                      "--job-id", job_id)  # fmt: skip
-    submit.wait_for(rb"step 23/60")
+    submit.wait_for(rf"step 13/{STEPS}".encode())
     pause_job(job_id)
-    wait_until(lambda: synced(bucket, "checkpoint-20"), "checkpoint-20 in S3")
+    wait_until(lambda: synced(bucket, "checkpoint-10"), "checkpoint-10 in S3")
     hosts = json.loads(subprocess.run([GPUJOB, "status", "--json"], env=env,
                                       capture_output=True, timeout=60).stdout)["hosts"]  # fmt: skip
     records = {h["name"]: h for h in hosts if h["status"] == "running"}
@@ -367,9 +405,9 @@ def test_two_nodes_restart_together_when_node_1s_host_is_lost(
 
     assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
     err = bytes(submit.err).decode()
-    assert re.search(rf"recovering \(attempt 2, restart 1/2, host_lost: {node_1} .*from step 20\)",
+    assert re.search(rf"recovering \(attempt 2, restart 1/2, host_lost: {node_1} .*from step 10\)",
                      err), submit.text()  # fmt: skip
-    check_resumed(bytes(submit.out), 60, 20)
+    check_resumed(bytes(submit.out), STEPS, 10)
     assert bytes(submit.out).count(b"rank 3/4: ready") == 2  # both nodes, in both attempts
     assert live(fake, "lambda") == []
 

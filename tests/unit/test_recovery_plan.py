@@ -70,6 +70,14 @@ def test_the_clouds_verdict_on_node_1_comes_before_node_0s_failure() -> None:
     assert decide(POLICY, 1, nodes, NOW) == Recover("host_lost", "h1", 1, "gone")
 
 
+def test_a_cancel_is_never_recovered_even_where_the_peer_failed_for_it() -> None:
+    """`gpujob cancel` reaches node 0 first; node 1 fails for want of its peer before its own
+    cancel lands. With node_failure listed, that failure is still the user's cancel."""
+    policy = Policy(on=("host_lost", "preempted", "node_failure"))
+    nodes = [node(0, state="cancelled", exit_code=143), node(1, state="failed", exit_code=1)]
+    assert decide(policy, 0, nodes, NOW) == Finished("cancelled", 143)
+
+
 @pytest.mark.parametrize(
     ("on", "expected"),
     [
@@ -150,3 +158,44 @@ def test_the_spec_refuses_recovery_without_a_sync_target_naming_its_line(tmp_pat
     assert recovery is not None
     assert (recovery.max_restarts, recovery.on_events) == (2, ["host_lost", "node_failure"])
     assert recovery.unreachable_after == 120.0
+
+
+def test_status_json_says_recovering_and_the_table_the_recovery_line() -> None:
+    """`status --json` keeps `state` a word scripts compare; the line is in `recovery`."""
+    from launcher.ops.status import recovery_text
+
+    note = {"phase": "recovering", "restarts": 0, "max_restarts": 3, "controller_pid": 42,
+            "line": "recovering (attempt 2, restart 1/3, host_lost: h0, from step 40)"}  # fmt: skip
+    assert recovery_text(note) == f"{note['line']}; controller pid 42"
+    watching = dict(note, phase="watching", restarts=1, controller_pid=None)
+    assert recovery_text(watching) == "no controller (`gpujob recover JOB`), 1/3 restarts"
+
+
+def test_a_cancel_while_the_hosts_are_replaced_is_recorded_and_ends_the_recovery(gpujob) -> None:
+    """The old hosts are gone and the new ones not yet started: no agent to ask. The cancel
+    is recorded; the controller (which reads `over`) makes no restart; `status` says so."""
+    import json
+    import time
+
+    from launcher.providers.ssh import HostEntry
+    from launcher.state.db import JobRecord, StateDB
+    from launcher.state.recovery import RECOVERING, RecoveryDB
+
+    StateDB().add_job(JobRecord(
+        id="rec-1", name="qs", spec_path="qs.yaml", provider="lambda", runtime="docker",
+        hosts=[HostEntry(name="gone", address="192.0.2.1").to_record()],
+        node_dirs=["/root/.gpujob/jobs/rec-1/node-0"], state="recovering", exit_code=None,
+        created_at=time.time(), ended_at=None, last_line=None))  # fmt: skip
+    rdb = RecoveryDB()
+    rdb.add("rec-1", {"policy": {}}, 3)
+    rdb.update("rec-1", phase=RECOVERING)
+
+    done = gpujob("cancel", "rec-1")
+    assert done.exit_code == 0, done.stderr
+    assert "job rec-1 cancelled: it was being recovered" in done.stderr
+    record = rdb.get("rec-1")
+    assert record is not None and record.over
+    assert StateDB().job("rec-1").state == "cancelled"  # type: ignore[union-attr]
+    shown = gpujob("status", "--json")
+    (row,) = [r for r in json.loads(shown.stdout)["jobs"] if r["id"] == "rec-1"]
+    assert row["state"] == "cancelled" and row["recovery"]["phase"] == "stopped"
