@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import KEY_ID, SECRET, s3_keys, wait_until
 
 from launcher.spec.job import CheckpointSpec
 
@@ -127,7 +127,6 @@ def test_verls_tracker_reaches_the_bucket_after_its_checkpoint_and_a_pull_restor
     """verl resumes from `latest_checkpointed_iteration.txt`: in S3 it only ever names a
     checkpoint whose marker is there (sampled all along the run), and a pull writes it."""
     import boto3
-    from conftest import KEY_ID, SECRET, s3_keys
 
     from launcher.storage.rclone_config import env_vars
     from launcher.storage.remotes import credentials, user_remotes
@@ -175,7 +174,6 @@ def test_an_unchanged_tracker_is_not_sent_again(remote, tmp_path: Path) -> None:
     step it names, not once per pass (the copy taken out of the bucket stays out until the
     tracker names a new landed step)."""
     import boto3
-    from conftest import KEY_ID, SECRET
 
     import launcher.agent.ckpt_sync  # noqa: F401 - puts the agent's folder on sys.path
     from launcher.storage.rclone_config import env_vars
