@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.paths import state_dir
+from launcher.state.store import SqliteStore
 
 if TYPE_CHECKING:
     from launcher.providers.base import Instance
@@ -68,20 +65,8 @@ class HostRecord:
     updated_at: float = 0.0
 
 
-class HostsDB:
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or state_dir() / "state.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.executescript(SCHEMA)
-            with conn:
-                yield conn
-        finally:
-            conn.close()
+class HostsDB(SqliteStore):
+    SCHEMA = SCHEMA
 
     def intend(self, name: str, provider: str, gpu: str) -> None:
         """Before the launch call: the name is the tag the cloud will carry."""

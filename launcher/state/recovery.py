@@ -8,15 +8,11 @@ Standard library only: `gpujob status` reads it.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from launcher.paths import state_dir
+from launcher.state.store import SqliteStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS recoveries (
@@ -69,20 +65,8 @@ class RecoveryEvent:
     line: str
 
 
-class RecoveryDB:
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or state_dir() / "state.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.executescript(SCHEMA)
-            with conn:
-                yield conn
-        finally:
-            conn.close()
+class RecoveryDB(SqliteStore):
+    SCHEMA = SCHEMA
 
     def add(self, job_id: str, request: dict[str, Any], max_restarts: int) -> None:
         with self._connect() as conn:
