@@ -133,6 +133,8 @@ class ReachCheck:
     dial: tuple[str, ...]
     """Run on each of `from_hosts`."""
     timeout_s: int
+    port_field: str = "run.rdzv_port"
+    """The spec field that sets `port`, named by the failure's fix."""
 
 
 @dataclass(frozen=True)

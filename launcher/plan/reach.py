@@ -64,23 +64,30 @@ def check_rendezvous(spec: JobSpec, target: Target) -> None:
         )
 
 
+def rendezvous_port(spec: JobSpec) -> int:
+    """The port the other nodes dial on node 0: Ray's head port for a Ray cluster (its
+    workers join there; rdzv_port is only MASTER_PORT for the driver), else rdzv_port."""
+    return spec.run.ray_port if spec.run.launcher_name == "ray" else spec.run.rdzv_port
+
+
 def reach_checks(spec: JobSpec, target: Target) -> tuple[ReachCheck, ...]:
     """One check where node 0 shares its host with no other node's: every other host dials
     (the same argv on each) while node 0's host listens for that many connections."""
     others = tuple(h for h in target.distinct_hosts if h != target.hosts[0])
     if spec.nodes == 1 or not others:
         return ()
-    address, port = target.addresses[0], str(spec.run.rdzv_port)
-    listen = ("python3", "-c", LISTEN, address, port, str(len(others)), str(REACH_TIMEOUT_S))
-    dial = ("python3", "-c", DIAL, address, port, str(REACH_TIMEOUT_S - 5))
+    address, port = target.addresses[0], rendezvous_port(spec)
+    listen = ("python3", "-c", LISTEN, address, str(port), str(len(others)), str(REACH_TIMEOUT_S))
+    dial = ("python3", "-c", DIAL, address, str(port), str(REACH_TIMEOUT_S - 5))
     return (
         ReachCheck(
             host=target.hosts[0],
             address=address,
-            port=spec.run.rdzv_port,
+            port=port,
             from_hosts=others,
             listen=listen,
             dial=dial,
             timeout_s=REACH_TIMEOUT_S,
+            port_field="run.ray_port" if spec.run.launcher_name == "ray" else "run.rdzv_port",
         ),
     )

@@ -186,7 +186,7 @@ def check_reach(check: ReachCheck, connections: dict[str, Connection], report: R
         raise GpujobError(
             f"rendezvous check failed, nothing started: {'; '.join(failures)}",
             f"open TCP port {check.port} (and the ephemeral ports) between the hosts, or "
-            "set run.rdzv_port to a free port",
+            f"set {check.port_field} to a free port",
         )
     report(f"every node reaches node 0 at {check.address}:{check.port}")
 

@@ -111,13 +111,15 @@ def firewall(host, *rule: str) -> None:
     state.run(["nsenter", f"--net={network.NETNS_DIR / host.name}", "--", "iptables", *rule])
 
 
-def test_a_node_that_cannot_reach_the_heads_ray_port_fails_in_the_join_timeout_naming_it(
+def test_a_node_that_cannot_reach_the_heads_ray_port_fails_before_anything_starts(
     env: dict[str, str], docker_lab: remote.DockerLab, ray_image: str
 ) -> None:
     """A firewall on host tb refuses its connections to the head's Ray port. Ray's own
-    `ray start` waits minutes for an unreachable GCS; the job's join timeout bounds it, so
-    node 1 fails first, naming itself, before the head gives up waiting for it."""
-    head, other = (h.address for h in docker_lab.hosts)
+    `ray start` would wait minutes for an unreachable GCS; the reach check dials the Ray port
+    (not the rendezvous port) from every node before any starts, so the job fails in seconds,
+    naming the port's field, with no container and no Ray on either host. (A node whose
+    `ray start` fails after the check is bounded by the join timeout: the test above.)"""
+    head = docker_lab.hosts[0].address
     rule = ["OUTPUT", "-p", "tcp", "-d", head, "--dport", "6379", "-j", "REJECT",
             "--reject-with", "tcp-reset"]  # fmt: skip
     firewall(docker_lab.hosts[1], "-I", *rule)
@@ -127,9 +129,10 @@ def test_a_node_that_cannot_reach_the_heads_ray_port_fails_in_the_join_timeout_n
         firewall(docker_lab.hosts[1], "-D", *rule)
     out, err = done.stdout.decode(), done.stderr.decode()
     assert done.returncode == 1, err[-3000:] + out[-3000:]
-    assert "node 1 failed first (exit code 1)" in err, err[-3000:]
-    assert f"ray: node 1 ({other}) could not join the head at {head}:6379 in 20 s" in err
-    assert "driver:" not in out
+    assert "rendezvous check failed, nothing started" in err, err[-3000:]
+    assert f"cannot reach {head}:6379" in err, err[-3000:]
+    assert "set run.ray_port to a free port" in err, err[-3000:]
+    assert "driver:" not in out and "[node 1]" not in out
     for index, host in enumerate(docker_lab.hosts):
         assert ray_left(host) == [], f"Ray left on {host.name}"
         assert remote.containers(docker_lab, index, "ray-lab-wall") == []

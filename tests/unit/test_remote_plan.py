@@ -106,6 +106,14 @@ def test_two_hosts_rendezvous_at_node_0s_address_with_a_reach_check() -> None:
     assert "must reach node 0 at 10.77.0.5:29411" in plan_text(plan)
 
 
+def test_a_ray_cluster_checks_the_head_port_its_workers_join_on() -> None:
+    spec = spec_of(nodes=2, run={"entrypoint": "driver.py", "launcher": "ray",
+                                 "ray_port": 6390, "rdzv_port": 29411})  # fmt: skip
+    (check,) = plan_of(spec, DOCKER_TWO).checks
+    assert (check.port, check.port_field) == (6390, "run.ray_port")
+    assert check.listen[-3] == check.dial[-2] == "6390"
+
+
 def test_a_loopback_node_0_across_hosts_is_a_plan_error() -> None:
     with pytest.raises(UsageError, match="loopback"):
         plan_of(spec_of(nodes=2), replace(TWO, addresses=("127.0.0.1", "10.77.0.6")))
