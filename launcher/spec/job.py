@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.spec.batch import BatchSpec, batch_refusal
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
 from launcher.spec.recovery import RecoverySpec
@@ -79,11 +80,6 @@ class Resources(StrictModel):
         match = ACCELERATORS.match(self.accelerators)
         assert match is not None
         return int(match.group("count") or 1)
-
-
-class BatchSpec(StrictModel):
-    global_batch: int | None = Field(default=None, ge=1)
-    micro_batch: int | None = Field(default=None, ge=1)
 
 
 COMPLETE_FOLDER = re.compile(r"^(?:checkpoint|step|global_step)[-_]?\{step\}$")
@@ -360,40 +356,10 @@ class JobSpec(StrictModel):
             return None
         per_step = self.world_size * batch.micro_batch
         if batch.global_batch % per_step:
-            raise FieldError(("batch", "global_batch"), _batch_refusal(
+            raise FieldError(("batch", "global_batch"), batch_refusal(
                 batch.global_batch, self.world_size, batch.micro_batch
             ))  # fmt: skip
         return batch.global_batch // per_step
-
-
-def _batch_refusal(global_batch: int, world: int, micro: int) -> str:
-    """The division, what shell arithmetic would silently train on instead (seed 001's
-    start.sh), and the valid choices both ways."""
-    per_step = world * micro
-    floor = global_batch // per_step
-    silent = (
-        f"shell arithmetic would take {floor} and train on {floor * per_step} per step"
-        if floor
-        else "shell arithmetic would take 0 steps of accumulation"
-    )
-    worlds = [w for w in range(1, 1025) if global_batch % (w * micro) == 0]
-    other_way = (
-        f", or a world size of {', '.join(map(str, worlds[:8]))}"
-        if worlds
-        else f" (no world size divides it with micro_batch {micro}: that needs a micro_batch "
-        f"that divides {global_batch})"
-    )
-    return (
-        f"{global_batch} / (world_size {world} x batch.micro_batch {micro}) = "
-        f"{global_batch / per_step:.2f}, not a whole number of accumulation steps; {silent}; "
-        f"use a global_batch of {_nearest_multiples(global_batch, per_step)}{other_way}"
-    )
-
-
-def _nearest_multiples(value: int, step: int) -> str:
-    below = (value // step) * step
-    above = below + step
-    return f"{below} or {above}" if below else str(above)
 
 
 def each_matching(values: list[str], pattern: re.Pattern[str], refusal: str) -> list[str]:
