@@ -131,6 +131,10 @@ def _logs(
             )  # fmt: skip
     except KeyboardInterrupt:
         say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
+        if follow and tail is None:
+            from launcher.ops.keeper import hand_to_keeper
+
+            hand_to_keeper(job)  # nobody follows now: one node failing must stop the rest
         return 130
     except BrokenPipeError:
         _quiet_stdout()

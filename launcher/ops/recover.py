@@ -11,9 +11,7 @@ polls: nothing is lost, the recovery waits until it wakes (or `gpujob recover JO
 
 from __future__ import annotations
 
-import fcntl
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -22,6 +20,7 @@ from typing import Any
 
 from launcher.errors import UsageError
 from launcher.ops import say
+from launcher.ops.detached import spawn, try_lock
 from launcher.paths import state_dir
 from launcher.plan.recovery import Policy
 from launcher.state.recovery import RECOVERING, STOPPED, RecoveryDB
@@ -81,15 +80,7 @@ def lock_path(job_id: str) -> Path:
 def hold_lock(job_id: str) -> int | None:
     """The controller's lock, held until the process ends (the fd stays open), or None
     when another controller holds it."""
-    path = lock_path(job_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return try_lock(lock_path(job_id))
 
 
 def controller_pid(job_id: str) -> int | None:
@@ -106,17 +97,8 @@ def start_controller(job_id: str) -> int:
     """`gpujob recover JOB --foreground`, detached: a session of its own, stdin closed, its
     output appended to its log (0600). It inherits this environment (the cloud keys, the
     remotes' keys, GPUJOB_*): renting again needs them."""
-    path = log_path(job_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "launcher", "recover", job_id, "--foreground"],
-            stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
-            close_fds=True,
-        )  # fmt: skip
-    finally:
-        os.close(fd)
+    child = spawn([sys.executable, "-m", "launcher", "recover", job_id, "--foreground"],
+                  log_path(job_id))  # fmt: skip
     deadline = time.monotonic() + START_WAIT_S
     while child.poll() is None and time.monotonic() < deadline:
         if controller_pid(job_id) is not None:  # it holds the lock: it follows the job

@@ -38,12 +38,12 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
         if recovery is not None and recovery["phase"] == "recovering":
             state = "recovering"  # its hosts are being replaced: none to ask (the line: below)
         elif not job.terminal:
-            statuses = _node_statuses(job)
+            statuses = node_statuses(job)
             if statuses is None:
                 state = "unreachable"
             else:
                 nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
-                state, code, last = _record(db, job, statuses)
+                state, code, last = record_job_state(db, job, statuses)
         refreshed = db.job(job.id) or job
         runtime_s = (refreshed.ended_at or time.time()) - job.created_at
         rows.append(
@@ -116,7 +116,9 @@ def _node_row(rank: int, status: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
+def node_statuses(job: JobRecord, conns: list[Any] | None = None) -> list[dict[str, Any]] | None:
+    """Each node's agent status in rank order, or None while a host does not answer;
+    `conns` (kept open) for a caller that asks again and again."""
     if job.provider == "local":
         from pathlib import Path
 
@@ -129,8 +131,9 @@ def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
         from launcher.ops.slurm import slurm_statuses
 
         return slurm_statuses(job)
+    opened = conns is None
     try:
-        conns = job_connections(job)
+        conns = conns or job_connections(job)
     except GpujobError:
         return None
     try:
@@ -141,10 +144,11 @@ def _node_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
     except (GpujobError, ValueError, OSError):
         return None
     finally:
-        close_all(conns)
+        if opened:
+            close_all(conns)
 
 
-def _record(
+def record_job_state(
     db: StateDB, job: JobRecord, statuses: list[dict[str, Any]]
 ) -> tuple[str, int | None, str | None]:
     """The job's state from its nodes' (the worst wins) and the line to show: the last line
@@ -239,10 +243,10 @@ class CancelFirst:
     def run(self) -> None:
         db = StateDB()
         for job, on in self.jobs:
-            statuses = _node_statuses(job)
+            statuses = node_statuses(job)
             if statuses is None or all(s.get("state") in TERMINAL for s in statuses):
                 if statuses is not None:
-                    _record(db, job, statuses)
+                    record_job_state(db, job, statuses)
                 continue
             say(f"job {job.id} still runs on {', '.join(on)}: cancelling it first"
                 + (" (its log and last checkpoints go to S3)" if job.logs_to else ""))  # fmt: skip

@@ -291,6 +291,10 @@ def _start(
     if policy is not None and not options.attempt:
         watch_over(job_id, options, policy)  # the controller, detached: it outlives us
         kept = []  # the controller answers for the hosts now
+    elif policy is None and options.detach and not options.attempt:
+        from launcher.ops.keeper import hand_to_keeper
+
+        hand_to_keeper(db.job(job_id))  # nobody follows: one node failing must stop the rest
     if options.detach:
         say(f"detached; follow it with: gpujob logs {job_id} -f")
         print(job_id)

@@ -66,7 +66,8 @@ def listing(root):
 
 def sync(meta):
     root, want = meta["sync"], meta["have"]
-    have = listing(root) if os.path.isdir(root) else {}
+    os.makedirs(root, exist_ok=True)  # an empty folder ships as one: the job cds into it
+    have = listing(root)
     if meta["mirror"]:
         for rel in sorted(set(have) - set(want)):
             os.remove(os.path.join(root, rel))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -34,8 +36,8 @@ echo "run started on $GPUJOB_NODE_RANK"
 """
 
 
-def gpujob(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+def gpujob(tmp_path: Path, *args: str, **env_more: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"), **env_more)
     return subprocess.run([GPUJOB, *args], env=env, capture_output=True, text=True,
                           timeout=300, cwd=REPO, check=False)  # fmt: skip
 
@@ -93,12 +95,22 @@ def test_a_failed_setup_on_node_1_ends_the_job_naming_it_and_no_run_starts(
 
 
 def test_a_node_that_never_reports_its_setup_ends_the_job_on_both_sides(tmp_path: Path) -> None:
-    """Detached (no client stops the others): node 0 waits at most run.rdzv_timeout_s after
-    its own setup, naming the node it did not hear; that node, finding node 0 gone (its
-    connection refused), gives up too, naming node 0. Nothing hangs; no run starts."""
+    """Detached, and its keeper polling too seldom to step in (it would cancel node 1 once
+    node 0 failed): node 0 waits at most run.rdzv_timeout_s after its own setup, naming the
+    node it did not hear; that node, finding node 0 gone (its connection refused), gives up
+    too, naming node 0. Nothing hangs, even with no keeper; no run starts."""
     spec = two_node_job(tmp_path, 'sleep 8; touch "$MARK"', "rdzv_timeout_s: 5")
-    started = gpujob(tmp_path, "submit", str(spec), "--job-id", "barrier-late", "--detach")
+    started = gpujob(tmp_path, "submit", str(spec), "--job-id", "barrier-late", "--detach",
+                     GPUJOB_KEEPER_POLL_S="600")  # fmt: skip
     assert started.returncode == 0, started.stderr
+    keeper = int(re.search(r"keeper pid (\d+)", started.stderr)[1])
+    try:
+        check_both_gave_up(tmp_path)
+    finally:
+        os.kill(keeper, signal.SIGTERM)  # asleep for 600 s: ours to end
+
+
+def check_both_gave_up(tmp_path: Path) -> None:
     job_dir = tmp_path / "state" / "jobs" / "barrier-late"
     deadline = time.monotonic() + 120
     for node in ("node-0", "node-1"):  # each node's own end, as its agent records it

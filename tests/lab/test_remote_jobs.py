@@ -345,3 +345,31 @@ def test_cancel_reaches_a_program_under_a_shell_block_in_a_container(
     assert b"TERM heard" in docker_lab.job_log(0, "trapped")
     assert status_of(env, "trapped")["state"] == "cancelled"
     assert containers(docker_lab, 0, "trapped") == []
+
+
+def test_a_detached_job_whose_node_0_fails_has_node_1_stopped_by_its_keeper(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    """Nobody follows: the keeper (a process of this machine) reads both agents over SSH,
+    and once node 0 has failed it cancels node 1's container on the other host."""
+    spec = write_job(tmp_path, "", nodes=2)
+    spec.write_text(spec.read_text().replace(
+        "run:\n  entrypoint: prog.py\n  nproc_per_node: 1\n  rdzv_timeout_s: 60\n",
+        'run: |\n  if [ "$GPUJOB_NODE_RANK" = 0 ]; then\n'
+        "    until [ -e fail-now ]; do sleep 0.2; done; exit 3\n  fi\n"
+        "  echo 'node 1 runs on'; sleep 600\n",
+    ))  # fmt: skip
+    started = gpujob(env, "submit", str(spec), "--on", "ta,tb", "--detach", "--job-id", "kept",
+                     timeout=600)  # fmt: skip
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    assert b"keeper pid" in started.stderr
+    wait_until(lambda: b"node 1 runs on" in docker_lab.job_log(1, "kept", 1), "node 1 to run")
+    (docker_lab.node_dir(0, "kept", 0).parent / "workdir" / "fail-now").touch()
+    wait_until(lambda: containers(docker_lab, 1, "kept") == [], "node 1's container to stop")
+    status = json.loads((docker_lab.node_dir(1, "kept", 1) / "status.json").read_text())
+    assert status["state"] == "cancelled"
+    keeper_log = Path(env["GPUJOB_STATE_DIR"]) / "keeper" / "kept.log"
+    wait_until(lambda: "job kept failed (exit code 3)" in keeper_log.read_text(), "its end")
+    assert "node 0 failed (exit code 3); stopping node(s) 1" in keeper_log.read_text()
+    row = status_of(env, "kept")
+    assert (row["state"], row["exit_code"]) == ("failed", 3)
