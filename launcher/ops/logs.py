@@ -9,6 +9,7 @@ shown: they hold the crashing rank's error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -122,6 +123,13 @@ def _logs(
             "stopping the other nodes")  # fmt: skip
         _cancel_nodes(job, conns, skip=failed.rank)
 
+    def hand_over() -> None:
+        """Nobody follows from here on: the job's keeper keeps its failure rule."""
+        if follow and tail is None:
+            from launcher.ops.keeper import hand_to_keeper
+
+            hand_to_keeper(db.job(job.id))
+
     try:
         with stop_on_signals():
             done = follow_logs(
@@ -130,15 +138,17 @@ def _logs(
                 else None, note=say,  # SLURM's srun --kill-on-bad-exit stops the others
             )  # fmt: skip
     except KeyboardInterrupt:
-        say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
-        if follow and tail is None:
-            from launcher.ops.keeper import hand_to_keeper
-
-            hand_to_keeper(job)  # nobody follows now: one node failing must stop the rest
+        hand_over()
+        with contextlib.suppress(OSError):  # a terminal that hung up hears nothing
+            say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
         return 130
     except BrokenPipeError:
+        hand_over()
         _quiet_stdout()
         return 0
+    except BaseException:  # the follow broke (a host past its reconnect budget, a hang-up)
+        hand_over()
+        raise
     states = {stream.status.get("state") for stream in done}
     if not (follow or states <= TERMINAL):
         return 0

@@ -108,3 +108,20 @@ def test_a_single_node_job_has_no_keeper(tmp_path: Path, state: dict[str, str]) 
     assert started.returncode == 0, started.stderr
     assert b"keeper" not in started.stderr
     assert not (Path(state["GPUJOB_STATE_DIR"]) / "keeper").exists()
+
+
+def test_a_users_cancel_stays_a_cancel(tmp_path: Path, state: dict[str, str]) -> None:
+    """The keeper leaves a job its user cancelled: recorded cancelled, never failed."""
+    spec = job_spec(tmp_path)
+    started = gpujob(state, "submit", str(spec), "--detach", "--job-id", "stopped")
+    assert started.returncode == 0, started.stderr.decode()
+    keeper = keeper_pid(started.stderr.decode())
+    log = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "stopped" / "node-1" / "job.log"
+    wait_for(lambda: b"node 1 runs on" in log.read_bytes())
+    cancelled = gpujob(state, "cancel", "stopped", "--grace", "5")
+    assert cancelled.returncode == 0, cancelled.stderr.decode()
+    wait_for(lambda: not alive(keeper))
+    row = status_of(state, "stopped")
+    assert row["state"] == "cancelled", row
+    said = (Path(state["GPUJOB_STATE_DIR"]) / "keeper" / "stopped.log").read_text()
+    assert "stopping node" not in said, said

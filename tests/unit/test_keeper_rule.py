@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.ops.keeper import others_to_stop
+from launcher.ops.keeper import first_failed, others_to_stop
 
 
 @pytest.mark.parametrize(
@@ -23,3 +23,14 @@ from launcher.ops.keeper import others_to_stop
 )
 def test_who_is_stopped(states: list[str | None], stopped: list[int]) -> None:
     assert others_to_stop(states) == stopped
+
+
+def test_the_cause_is_the_node_that_failed_first_not_the_lowest_rank() -> None:
+    statuses = [
+        {"state": "failed", "exit_code": 1, "ended_at": 20.0},  # died of its lost peer
+        {"state": "failed", "exit_code": 3, "ended_at": 10.0},
+        {"state": "running"},
+    ]
+    assert first_failed(statuses) == 1
+    assert first_failed([{"state": "lost"}, {"state": "failed", "ended_at": 5.0}]) == 1
+    assert first_failed([{"state": "running"}, {"state": "cancelled"}]) is None
