@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from labtools import GPUJOB, lab_is_up
+from labtools import GPUJOB, lab_is_up, wait_until
 from slurmlab import login_ssh, read_when_done, slurm_missing
 
 pytestmark = pytest.mark.lab
@@ -139,9 +139,16 @@ def test_cluster_up_twice_then_lab_down_leaves_nothing_behind() -> None:
 
 
 def test_sinfo_on_the_login_host_shows_two_idle_nodes(slurm_cluster) -> None:
-    listed = login_ssh(slurm_cluster, "sinfo -h -o '%P %a %l %D %t %N'")
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == [
+    """Idle once an earlier test's job has left the nodes (SLURM frees them a moment after a
+    job ends: `mix`/`comp` until then)."""
+
+    def listing() -> list[str]:
+        listed = login_ssh(slurm_cluster, "sinfo -h -o '%P %a %l %D %t %N'")
+        assert listed.returncode == 0, listed.stderr
+        return listed.stdout.splitlines()
+
+    wait_until(lambda: all(" idle " in line for line in listing()), "both nodes idle")
+    assert listing() == [
         "debug* up 1:00:00 2 idle gjlab-slurm[1-2]",
         "short up 2:00 2 idle gjlab-slurm[1-2]",
     ]
