@@ -27,7 +27,7 @@ from launcher.remote.batch import File, Op, Run
 
 if TYPE_CHECKING:
     from launcher.bootstrap.steps import StepResult
-    from launcher.providers.base import AutostopCall
+    from launcher.clouds.base import AutostopCall
     from launcher.remote.base import Connection
 
 FOLDER = ".gpujob/autostop"

@@ -1,7 +1,7 @@
 """The `gpujob` command line: click only, one module per command group, and the one place
 where a user's mistake becomes one line and an exit code (2 usage, 1 failure).
 
-Commands parse their options, call one function in `launcher.ops` (or a package below it)
+Commands parse their options, call one function in `launcher.commands` (or a package below it)
 and print. Nothing below `cli` imports it. Heavy libraries (pydantic, paramiko, boto3,
 docker, jinja2, rich) are imported inside the command that needs them, so `gpujob --help`
 answers in a few times a bare `python -c pass`.

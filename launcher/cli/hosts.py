@@ -31,7 +31,7 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
     pinned on first contact and checked strictly from then on, and the command runs on the
     host's master connection, as every gpujob command does.
     """
-    from launcher.ops.shell import ssh_command
+    from launcher.commands.ssh import ssh_command
 
     sys.exit(ssh_command(host, list(command)))
 
@@ -116,9 +116,9 @@ def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
     """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2), wait for SSH, and make them ready:
     GPU and driver, Docker, disk and /dev/shm, the agent, rclone, the job image."""
     from launcher.errors import UsageError
-    from launcher.ops.autostop import window_seconds
-    from launcher.ops.hosts import UpOptions, up_static
-    from launcher.ops.hosts import up as run_up
+    from launcher.targets.cloud.autostop import window_seconds
+    from launcher.targets.cloud.hosts import UpOptions, up_static
+    from launcher.targets.cloud.hosts import up as run_up
 
     kwargs["autostop_s"] = window_seconds(kwargs.pop("autostop"))
     if host is not None:
@@ -143,6 +143,6 @@ def down(host: str | None, everything: bool, dry_run: bool, force: bool) -> None
 
     Only instances this state launched are ours; another owner's gpujob instances on the
     same account are listed and left alone, and naming one takes --force."""
-    from launcher.ops.down import down as run_down
+    from launcher.commands.down import down as run_down
 
     sys.exit(run_down(host, everything, dry_run, force=force))

@@ -1,5 +1,5 @@
 """`gpujob submit`, `logs`, `status`, `cancel` and `schema`: parse, call one function in
-`launcher.ops`, print. Only click is imported here; the rest inside each command."""
+`launcher.commands`, print. Only click is imported here; the rest inside each command."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               "spec's `recovery:`, or its defaults); needs checkpoints.sync_to.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
-    from launcher.ops.submit import SubmitOptions
-    from launcher.ops.submit import submit as run_submit
+    from launcher.commands.submit import SubmitOptions
+    from launcher.commands.submit import submit as run_submit
 
     sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
 
@@ -62,7 +62,7 @@ def submit(**kwargs: Any) -> None:
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
     """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
-    from launcher.ops.logs import logs as show_logs
+    from launcher.jobs.follow import logs as show_logs
 
     sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
 
@@ -75,10 +75,10 @@ def status(as_json: bool, limit: int) -> None:
     jobs (state, each node's state, runtime, exit code, last line). --json: {"hosts": [...],
     "jobs": [...]}; a host past its budget is warned about on stderr."""
     from launcher.cli.textout import table
-    from launcher.ops.autostop import with_autostop
-    from launcher.ops.cost import budget_warnings
-    from launcher.ops.status import for_table, status_rows
+    from launcher.commands.status import for_table, status_rows
     from launcher.state.hosts import host_rows
+    from launcher.targets.cloud.autostop import with_autostop
+    from launcher.targets.cloud.cost import budget_warnings
 
     rows, hosts = status_rows(limit), with_autostop(host_rows())
     for line in budget_warnings(hosts):
@@ -108,7 +108,7 @@ def status(as_json: bool, limit: int) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
 def cancel(job: str, grace: float, dry_run: bool) -> None:
     """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
-    from launcher.ops.status import cancel as run_cancel
+    from launcher.commands.status import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))
 
@@ -119,7 +119,7 @@ def cancel(job: str, grace: float, dry_run: bool) -> None:
 def recover(job: str, foreground: bool) -> None:
     """Start JOB's recovery controller unless one runs (after a reboot, or a kill): it adopts
     the job where it is, a running job goes on running."""
-    from launcher.ops.recover import recover as run_recover
+    from launcher.supervise.recover import recover as run_recover
 
     sys.exit(run_recover(job, foreground=foreground))
 

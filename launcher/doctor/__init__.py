@@ -49,7 +49,7 @@ def _probe_on(host: str, python: str | None) -> tuple[Any, list[str]]:
         from launcher.remote.local import LocalConnection
 
         return LocalConnection(), [python or sys.executable, str(PROBE)]
-    from launcher.providers.ssh import connect, resolve_host
+    from launcher.remote.hosts import connect, resolve_host
 
     conn = connect(resolve_host(host))
     home = conn.run(["sh", "-c", 'echo "$HOME"']).stdout.strip() or "/tmp"

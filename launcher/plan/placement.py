@@ -1,6 +1,6 @@
 """Where a job's nodes run, as pure decisions over hosts' facts: which host each node
 gets, which runtime (Docker where every host has it and the image has a name, else bare),
-which image name, and the Target a plan is built for. No I/O: `launcher.ops.placement`
+which image name, and the Target a plan is built for. No I/O: `launcher.targets.placement`
 contacts the hosts and calls these.
 """
 

@@ -1,6 +1,6 @@
 """The recovery controller's decisions, with no I/O: what it saw in, what to do out.
 
-The controller (ops/recover.py) polls each node's host twice, the cloud's `describe` (a
+The controller (supervise/recover.py) polls each node's host twice, the cloud's `describe` (a
 verdict: None, `preempted`, `host_lost`) and the node's agent over SSH (its state, or
 nothing while the host does not answer), and asks `decide` what that means. As every anchor
 does (recovery.md §0), loss is noticed by polling, a lost node restarts the whole job, and

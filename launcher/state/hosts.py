@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from launcher.state.store import SqliteStore
 
 if TYPE_CHECKING:
-    from launcher.providers.base import Instance
+    from launcher.clouds.base import Instance
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hosts (

@@ -64,7 +64,7 @@ def _local() -> Where:
 def _on_host(name: str) -> Where:
     """`--on HOST`: the sync modules shipped to ~/.gpujob/bin there (they are small)."""
     from launcher.agent import CHECKPOINT_SOURCES
-    from launcher.providers import ssh as ssh_hosts
+    from launcher.remote import hosts as ssh_hosts
     from launcher.remote.facts import host_facts
 
     conn = ssh_hosts.connect(ssh_hosts.resolve_host(name))
@@ -84,7 +84,7 @@ def _job_side(job: Any) -> tuple[Where, dict[str, Any]]:
         local = _local()
         where = Where(local.conn, local.python, module, str(node_dir))
     elif job.provider == "ssh":
-        from launcher.providers import ssh as ssh_hosts
+        from launcher.remote import hosts as ssh_hosts
 
         conn = ssh_hosts.connect(ssh_hosts.HostEntry.from_record(job.hosts[0]))
         where = Where(conn, "python3", module, str(node_dir), remote_host=True)

@@ -29,9 +29,9 @@ def doctor(*args: str) -> tuple[int, dict[str, dict]]:
 def job_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The Python the quickstart's jobs run with here (built by a one-step job if absent)."""
     from launcher.plan.build import _env_dir
-    from launcher.providers.local import local_target
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_job_spec
+    from launcher.targets.local import local_target
 
     spec = load_job_spec(REPO / "jobs" / "quickstart.yaml", []).spec
     image = load_image_definition(spec.image, REPO / "jobs")

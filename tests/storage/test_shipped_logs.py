@@ -62,7 +62,7 @@ def test_the_agent_ships_the_log_while_the_job_runs_and_whole_at_its_end(
 def test_logs_reads_the_shipped_log_when_the_host_no_longer_answers(remote, tmp_path):
     """The job's record names a host whose port now accepts and hangs up (not sshd): `logs`
     says so, shows the log from S3, and exits with the job's recorded code."""
-    from launcher.providers.ssh import HostEntry
+    from launcher.remote.hosts import HostEntry
     from launcher.state.db import JobRecord, StateDB
 
     listener = socket.socket()

@@ -24,9 +24,9 @@ from launcher.agent.agent_os import start_ticks
 from launcher.agent.autostop_busy import Proc, hold_busy, job_busy, session_busy
 from launcher.agent.autostop_call import request_for
 from launcher.bootstrap.autostop import AutostopSetup, config_of, install_ops
-from launcher.ops.autostop import autostop_text
-from launcher.providers.base import AutostopCall
+from launcher.clouds.base import AutostopCall
 from launcher.remote.batch import File, Run
+from launcher.targets.cloud.autostop import autostop_text
 
 # -- busy: jobs ------------------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ def test_a_vast_host_uses_its_own_instance_key() -> None:
 def test_the_vast_onstart_keeps_the_instance_key_out_of_etc_environment(tmp_path: Path) -> None:
     """The onstart as a shell runs it, with a container's variables: the key lands in its
     0600 file only; /etc/environment (here a file of the test's) gets the rest."""
-    from launcher.providers.vast import ONSTART
+    from launcher.clouds.vast import ONSTART
 
     etc = tmp_path / "environment"
     script = ONSTART.replace("/etc/environment", str(etc))

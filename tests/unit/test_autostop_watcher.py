@@ -24,7 +24,7 @@ from clouds import PUBLIC_KEY
 from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake
 from launcher.agent.autostop import Watcher
 from launcher.agent.autostop_call import CallFailed, end_instance
-from launcher.providers.base import instance_name, launch_cheapest, parse_gpu_request
+from launcher.clouds.base import instance_name, launch_cheapest, parse_gpu_request
 
 AGENT = "gpujob-autostop/1"
 READS = {"lambda": "get_instance", "vast": "show_instance"}
@@ -85,7 +85,7 @@ def folder_for(tmp_path: Path, key: str) -> Path:
 
 @pytest.fixture
 def lambda_host(clouds: dict[str, RunningFake], tmp_path: Path) -> Host:
-    from launcher.providers.lambda_cloud import LambdaCloud
+    from launcher.clouds.lambda_cloud import LambdaCloud
 
     cloud = LambdaCloud()
     inst = launch_cheapest(cloud, parse_gpu_request("a100"), instance_name("a100"), PUBLIC_KEY)
@@ -99,7 +99,7 @@ def lambda_host(clouds: dict[str, RunningFake], tmp_path: Path) -> Host:
 def vast_host(clouds: dict[str, RunningFake], tmp_path: Path) -> Host:
     """Created through the API as Vast's console would: its answer carries the instance's
     own key, which Vast gives the container (the host's key file holds it)."""
-    from launcher.providers.vast import Vast
+    from launcher.clouds.vast import Vast
 
     fake = clouds["vast"]
     offer = Vast().offers(parse_gpu_request("rtx4090"))[0]

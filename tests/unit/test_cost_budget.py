@@ -17,7 +17,7 @@ from clouds import BannerBackend, BannerServer, calls, lambda_instances, point_a
 from infra.fakes import RunningFake, serve_lambda
 from infra.fakes.null_backend import NullBackend
 from launcher.errors import UsageError
-from launcher.ops.cost import Budget, clear_cost, rental_bound
+from launcher.targets.cloud.cost import Budget, clear_cost, rental_bound
 
 FLAG = Budget(10.0, "--max-cost", "raise --max-cost")
 A100 = 1.29  # the Lambda fake's 1x A100, $/hour
@@ -186,8 +186,8 @@ def test_status_warns_about_a_host_past_the_budget_it_was_rented_under(
     banner_lambda: RunningFake, gpujob: Callable, state_dir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from launcher.ops.hosts import UpOptions, up
     from launcher.state.hosts import HostsDB
+    from launcher.targets.cloud.hosts import UpOptions, up
 
     assert up(UpOptions(gpu="a100", count=2, yes=True, bootstrap=False)) == 0
     capsys.readouterr()

@@ -55,7 +55,7 @@ def fixed_dirs(gpujob: Callable, monkeypatch: pytest.MonkeyPatch) -> Callable:
     monkeypatch.setenv("GPUJOB_CACHE_DIR", "/cache")
     monkeypatch.setenv("LOGNAME", "golden")  # SKYPILOT_USER on every node
     monkeypatch.chdir(REPO)
-    monkeypatch.setattr("launcher.providers.local.sys", PythonRunning(quickstart_python()))
+    monkeypatch.setattr("launcher.targets.local.sys", PythonRunning(quickstart_python()))
     return gpujob
 
 
@@ -66,7 +66,7 @@ def test_an_image_for_another_python_is_refused_on_this_machine(
     wanted = quickstart_python()
     major, minor = wanted.split(".")
     other = f"{major}.{int(minor) + 1}"
-    monkeypatch.setattr("launcher.providers.local.sys", PythonRunning(other))
+    monkeypatch.setattr("launcher.targets.local.sys", PythonRunning(other))
     result = fixed_dirs("submit", "jobs/quickstart.yaml", "--dry-run", "--job-id", "q")
     assert result.exit_code == 2
     assert f"image lab-cpu is for Python {wanted} but this machine runs {other}" in result.stderr

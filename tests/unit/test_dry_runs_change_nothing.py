@@ -234,7 +234,7 @@ def test_up_and_down_dry_runs_create_no_state_db(cloud: Any, gpujob: Callable,
 def test_down_dry_run_changes_no_row_and_says_what_it_would_reconcile_and_cancel(
     cloud: Any, gpujob: Callable, state_dir: Path
 ) -> None:
-    from launcher.providers.ssh import HostEntry
+    from launcher.remote.hosts import HostEntry
     from launcher.state.hosts import HostsDB
 
     made = gpujob("up", "a100", "--yes", "--no-bootstrap")
@@ -256,7 +256,7 @@ def test_down_dry_run_changes_no_row_and_says_what_it_would_reconcile_and_cancel
     lines = down.stdout.splitlines()
     assert lines[0] == (f"would ask job train-1's agents (on {name}) for its state and, if it "
                         "still runs, cancel it first:")  # fmt: skip
-    from launcher.ops.status import cancel_commands
+    from launcher.commands.status import cancel_commands
 
     (argv,) = cancel_commands(StateDB().job("train-1"), 30.0)  # type: ignore[arg-type]
     assert lines[1] == f"  node 0 on {name}: {shlex.join(argv)}"
@@ -296,7 +296,7 @@ def test_cancel_dry_run_prints_the_argv_cancel_runs_and_changes_nothing(
     assert dry.exit_code == 0, dry.stderr
     assert snapshot(state_dir) == before
     host = Host("local")
-    monkeypatch.setattr("launcher.ops.status.job_connections", lambda _job: [host])
+    monkeypatch.setattr("launcher.commands.status.job_connections", lambda _job: [host])
     real = gpujob("cancel", "j1")
     assert real.exit_code == 0, real.stderr
     assert dry.stdout == "".join(f"node 0 on local: {shlex.join(argv)}\n" for argv in host.ran)

@@ -1,11 +1,11 @@
-"""The keeper's rule (ops/keeper.py): once a node has failed or been lost, the nodes not yet
+"""The keeper's rule (supervise/keeper.py): once a node has failed or been lost, the nodes not yet
 ended are stopped; a cancel or a time limit is nobody's failure."""
 
 from __future__ import annotations
 
 import pytest
 
-from launcher.ops.keeper import first_failed, others_to_stop
+from launcher.supervise.keeper import first_failed, others_to_stop
 
 
 @pytest.mark.parametrize(

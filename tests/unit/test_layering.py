@@ -12,7 +12,8 @@ import pytest
 from planning import REPO
 
 LAUNCHER = REPO / "launcher"
-SIDE_EFFECTS = ("providers", "remote", "runtime", "state", "storage", "images", "ops", "cli")
+SIDE_EFFECTS = ("clouds", "remote", "runtime", "state", "storage", "images", "targets", "jobs",
+                "supervise", "commands", "cli")  # fmt: skip
 IO_LIBRARIES = {"subprocess", "socket", "sqlite3", "paramiko", "boto3", "docker",
                 "requests", "urllib", "http", "shutil"}  # fmt: skip
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from launcher.errors import GpujobError
-from launcher.ops.logs import crash_lines, pick_cause
+from launcher.jobs.follow import crash_lines, pick_cause
 from launcher.runtime.logs import NodeStream, Output, collapse_carriage_returns, follow_logs
 
 

@@ -16,8 +16,8 @@ import pytest
 from clouds import BannerBackend, BannerServer, calls, lambda_instances, point_at, vast_instances
 
 from infra.fakes import RunningFake, serve_lambda, serve_vast
+from launcher.clouds.base import Instance
 from launcher.errors import GpujobError
-from launcher.providers.base import Instance
 from launcher.remote.hostkeys import KnownHosts, instance_key, pin_name
 from launcher.state.hosts import HostRecord
 
@@ -137,7 +137,7 @@ def test_lambda_launch_tags_the_whole_owner_id_and_the_user(
 
 
 def _inst(name: str, inst_id: str, owner: str | None = None) -> Instance:
-    from launcher.providers.base import owner_in_name
+    from launcher.clouds.base import owner_in_name
 
     return Instance("lambda", inst_id, name, "running", "192.0.2.9", 22,
                     owner=owner or owner_in_name(name))  # fmt: skip
@@ -146,8 +146,8 @@ def _inst(name: str, inst_id: str, owner: str | None = None) -> Instance:
 def test_reconcile_never_adopts_another_owners_instance(state_dir: Path) -> None:
     """Even a `launching` row of the same name (an old, ownerless name a cut-short `up` of
     ours recorded, which a colleague's instance happens to carry) does not make it ours."""
-    from launcher.ops.reconcile import compare
     from launcher.state.owner import owner
+    from launcher.targets.cloud.reconcile import compare
 
     me = owner()
     other = "0123abcd" if not me.id.startswith("0123abcd") else "fedc4321"
@@ -186,7 +186,7 @@ def test_the_owner_id_is_made_once_private_and_agreed_on(state_dir: Path) -> Non
 
 
 def test_names_carry_the_owner_within_lambdas_limit(state_dir: Path) -> None:
-    from launcher.providers.base import GPUS, instance_name, owner_in_name
+    from launcher.clouds.base import GPUS, instance_name, owner_in_name
     from launcher.state.owner import owner
 
     for gpu in GPUS:
@@ -248,7 +248,7 @@ def test_down_drops_the_pins_of_what_it_terminates(
     text = pins.path.read_text()
     assert f":{gone}:" not in text and f":{kept}:" in text and "203.0.113.7 " in text
     # An instance gone behind gpujob's back: reconciling its row drops its pins too.
-    from launcher.providers.registry import get_provider
+    from launcher.clouds.registry import get_provider
 
     get_provider(provider).terminate(kept)
     assert live(provider, fake) == {}

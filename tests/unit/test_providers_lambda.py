@@ -155,8 +155,8 @@ def launch_stranger(fake: RunningFake) -> str:
 def test_reconcile_leaves_an_ownerless_tagged_instance_alone(
     env: RunningFake, gpujob: Callable
 ) -> None:
-    from launcher.ops.reconcile import reconcile
-    from launcher.providers.lambda_cloud import LambdaCloud
+    from launcher.clouds.lambda_cloud import LambdaCloud
+    from launcher.targets.cloud.reconcile import reconcile
 
     stranger = launch_stranger(env)
     found = reconcile(LambdaCloud())

@@ -67,10 +67,10 @@ def test_invalid_key_is_vasts_message(
 def test_reconcile_leaves_an_ownerless_tagged_instance_alone(
     env: RunningFake, gpujob: Callable
 ) -> None:
-    from launcher.ops.reconcile import reconcile
-    from launcher.providers.base import parse_gpu_request
-    from launcher.providers.vast import Vast
+    from launcher.clouds.base import parse_gpu_request
+    from launcher.clouds.vast import Vast
     from launcher.state.hosts import HostsDB
+    from launcher.targets.cloud.reconcile import reconcile
 
     vast = Vast()
     offer = vast.offers(parse_gpu_request("rtx4090"))[0]

@@ -162,7 +162,7 @@ def test_the_spec_refuses_recovery_without_a_sync_target_naming_its_line(tmp_pat
 
 def test_status_json_says_recovering_and_the_table_the_recovery_line() -> None:
     """`status --json` keeps `state` a word scripts compare; the line is in `recovery`."""
-    from launcher.ops.status import recovery_text
+    from launcher.commands.status import recovery_text
 
     note = {"phase": "recovering", "restarts": 0, "max_restarts": 3, "controller_pid": 42,
             "line": "recovering (attempt 2, restart 1/3, host_lost: h0, from step 40)"}  # fmt: skip
@@ -177,7 +177,7 @@ def test_a_cancel_while_the_hosts_are_replaced_is_recorded_and_ends_the_recovery
     import json
     import time
 
-    from launcher.providers.ssh import HostEntry
+    from launcher.remote.hosts import HostEntry
     from launcher.state.db import JobRecord, StateDB
     from launcher.state.recovery import RECOVERING, RecoveryDB
 

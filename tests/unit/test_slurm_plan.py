@@ -35,7 +35,7 @@ from launcher.plan.slurm_checks import (
     parse_partitions,
     parse_sinfo,
 )
-from launcher.providers.slurm import SlurmJobView, node_status, parse_clusters, parse_state
+from launcher.targets.slurm.cluster import SlurmJobView, node_status, parse_clusters, parse_state
 
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")
 CLUSTER = SlurmCluster(name="hpc", login="hpc", shared="/scratch/me", account="proj",
@@ -228,7 +228,7 @@ def test_hosts_yaml_slurm_entries() -> None:
     cluster, login = clusters["hpc"]
     assert (cluster.partition, cluster.account, cluster.container) == ("gpu", "proj", "pyxis")
     assert (login.address, login.user) == ("login.example", "me")
-    from launcher.providers.ssh import parse_hosts
+    from launcher.remote.hosts import parse_hosts
 
     assert list(parse_hosts(text, "hosts.yaml")) == ["gpu1"]
     with pytest.raises(UsageError, match=r"hosts\[0\]: unknown field\(s\) gpus"):
@@ -246,7 +246,7 @@ def test_hosts_yaml_slurm_entries() -> None:
 def test_a_partition_from_on_is_named_as_such_the_other_fields_as_the_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from launcher.providers.slurm import resolve_cluster
+    from launcher.targets.slurm.cluster import resolve_cluster
 
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text("hosts:\n  - {name: hpc, type: slurm, address: a, shared: /s}\n")
@@ -392,7 +392,7 @@ def test_the_node_step_passes_an_early_usr1_on_to_its_own_agent(tmp_path: Path) 
 
 
 def test_an_unreachable_controller_is_a_failure_not_a_refusal() -> None:
-    from launcher.ops.slurm import UNREACHABLE
+    from launcher.targets.slurm.submit import UNREACHABLE
 
     said = ("sbatch: error: Batch job submission failed: Unable to contact slurm controller "
             "(connect failure)")  # fmt: skip

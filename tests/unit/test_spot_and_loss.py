@@ -13,8 +13,8 @@ import pytest
 from clouds import PUBLIC_KEY, BannerBackend, BannerServer, calls, point_at, vast_instances
 
 from infra.fakes import RunningFake, serve_lambda, serve_vast
-from launcher.providers.base import Instance, instance_name, launch_cheapest, parse_gpu_request
-from launcher.providers.loss import HostLoss, loss_verdict
+from launcher.clouds.base import Instance, instance_name, launch_cheapest, parse_gpu_request
+from launcher.clouds.loss import HostLoss, loss_verdict
 
 
 class Fakes(NamedTuple):
@@ -24,7 +24,7 @@ class Fakes(NamedTuple):
 
 def launched(provider: str, spot: bool = False) -> tuple[Any, Instance]:
     """One instance, rented as `up` rents it (the fakes have two 1x H100 offers on Vast)."""
-    from launcher.providers.registry import get_provider
+    from launcher.clouds.registry import get_provider
 
     cloud = get_provider(provider)
     gpu = "a100" if provider == "lambda" else "h100"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import GpujobError, UsageError
-from launcher.providers.ssh import HostEntry, parse_hosts, parse_user_at, resolve_host
 from launcher.remote.hostkeys import KnownHosts, fingerprint, host_id
+from launcher.remote.hosts import HostEntry, parse_hosts, parse_user_at, resolve_host
 from launcher.remote.ssh import resolve_endpoint
 
 GOOD = """\

@@ -1,0 +1,88 @@
+"""`gpujob down`: give rented hosts back, ours only, each confirmed gone by its cloud.
+
+The jobs still running there are cancelled first (their agents ship the last checkpoints and
+logs); then each host is terminated and read back until the cloud says it is going, its row
+marked, its master SSH connection ended and its pinned host keys dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import click
+
+from launcher.clouds.base import Instance, Provider
+from launcher.errors import ExitCode, GpujobError, UsageError
+from launcher.state.hosts import HostsDB
+from launcher.targets.cloud.hosts import end_connection, hosts_db, reconciled, say
+
+
+def down(reference: str | None, everything: bool, dry_run: bool, timeout: float = 300.0,
+         force: bool = False) -> int:  # fmt: skip
+    """Terminate one host (name, name without the tag, or instance id) or every host of ours,
+    then read each back until the cloud says it is going or gone. Another owner's instances
+    are listed and left alone; naming one is refused unless `force`. A dry run reads the
+    clouds and the db, changes neither, and prints what it would do, in order."""
+    from launcher.clouds.registry import configured, get_provider
+    from launcher.commands.status import cancel_first
+    from launcher.targets.cloud.reconcile import named, not_ours
+
+    if bool(reference) == everything:
+        raise UsageError("name one HOST or pass --all", "see `gpujob down --help`")
+    if force and everything:
+        raise UsageError("--force goes with one HOST, never --all",
+                         "another owner's instance is taken only by name")  # fmt: skip
+    db = hosts_db(dry_run)
+    clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
+    targets: list[tuple[Provider, Instance]] = []
+    for cloud in clouds:
+        provider = get_provider(cloud)
+        found = reconciled(provider, db, dry_run, foreign=everything)
+        mine = [i for i in found.ours if everything or named(i, str(reference))]
+        theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
+        if theirs and not force:
+            raise not_ours(theirs[0])
+        targets += [(provider, inst) for inst in mine + theirs]
+    if not targets:
+        if reference:
+            raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
+        say("no gpujob hosts of ours are running")
+        return ExitCode.OK
+    stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
+    if dry_run:
+        for line in stop.lines():
+            click.echo(line)
+        for provider, inst in targets:
+            click.echo(f"would terminate {inst.name} ({provider.name} {inst.id}, {inst.status}):"
+                       f" {provider.name}.terminate({inst.id!r}), describe() until terminating,"
+                       " its row marked terminated, its SSH connection ended, its pinned"
+                       " host keys dropped")  # fmt: skip
+        return ExitCode.OK
+    stop.run()
+    with ThreadPoolExecutor(min(8, len(targets))) as pool:
+        results = list(pool.map(lambda t: _terminate(*t, db, timeout), targets))
+    failures = [r for r in results if r]
+    for line in failures:
+        say(line)
+    return ExitCode.FAILURE if failures else ExitCode.OK
+
+
+def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:
+    """Terminate and confirm; the failure as one line, or None."""
+    from launcher.clouds.base import poll_interval
+
+    try:
+        provider.terminate(inst.id)
+        deadline = time.monotonic() + timeout
+        while (now := provider.describe(inst.id)).status not in ("terminated", "terminating"):
+            if time.monotonic() > deadline:
+                return f"{inst.name} ({inst.id}) is still {now.status} after terminate"
+            time.sleep(poll_interval())
+    except GpujobError as error:
+        return f"could not terminate {inst.name} ({inst.id}): {error.one_line()}"
+    if db.host(inst.name) is not None:
+        db.update(inst.name, status="terminated")
+    end_connection(inst)
+    click.echo(f"terminated {inst.name} ({provider.name} {inst.id}): {now.status}")
+    return None

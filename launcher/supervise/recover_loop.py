@@ -1,0 +1,244 @@
+"""The recovery controller: follow one job until it ends, restarting it on fresh hosts when
+a host is lost (`gpujob recover JOB --foreground`, run detached by supervise/recover.py).
+
+Each poll asks `plan.recovery.decide` what the job's hosts call for. A recovery terminates
+what is left of the job's hosts, finds the latest complete checkpoint in S3, and runs
+`submit --up`'s own steps again for the same job id (rent all nodes, all or nothing;
+bootstrap; the checkpoint pulled onto the new head, verified; start with
+GPUJOB_RESUME_FROM naming it). Renting again is retried a bounded number of times.
+
+Money: every host is rented inside `submit --up`'s rent, so an error, a refusal or a signal
+before the new attempt has started terminates what that attempt rented; when the
+controller stops for good, or the job ends, it terminates every host of the job.
+SIGTERM, SIGINT and SIGHUP while it only watches end it and leave the running job alone:
+`gpujob recover JOB` (or `logs -f`) starts it again and it adopts the job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from launcher.errors import GpujobError
+from launcher.plan.recovery import Finished, Policy, Recover, Stop, Unreachable, Watch, decide
+from launcher.plan.recovery import rent_delay_s as next_delay
+from launcher.say import say
+from launcher.state.db import StateDB
+from launcher.state.recovery import FINISHED, RECOVERING, STOPPED, WATCHING, RecoveryDB
+
+
+def poll_s() -> float:
+    """Between two looks at the job's hosts; GPUJOB_POLL_S shortens it in tests."""
+    return max(0.2, float(os.environ.get("GPUJOB_POLL_S", "15")))
+
+
+def retry_base_s() -> float:
+    """The first wait before renting again after a failed try (doubling after each)."""
+    return float(os.environ.get("GPUJOB_RECOVER_RETRY_S", "30"))
+
+
+class Ended(Exception):
+    """A signal ended the controller while it watched: the job goes on without it."""
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise Ended(signal.Signals(signum).name)
+
+
+def run_controller(job_id: str) -> int:
+    from launcher.supervise.recover import hold_lock
+
+    lock = hold_lock(job_id)
+    deadline = time.monotonic() + 2.0  # a look from `status` holds it for an instant
+    while lock is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        lock = hold_lock(job_id)
+    if lock is None:
+        say(f"job {job_id}: another controller follows it; this one ends")
+        return 0
+    rdb = RecoveryDB()
+    rdb.update(job_id, pid=os.getpid())
+    record = rdb.get(job_id)
+    assert record is not None
+    policy = Policy(**{**record.request["policy"], "on": tuple(record.request["policy"]["on"])})
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    say(f"job {job_id}: controller pid {os.getpid()} follows it (restarts made: "
+        f"{record.restarts}/{policy.max_restarts})")  # fmt: skip
+    try:
+        return _follow(job_id, policy, rdb)
+    except Ended as stop:
+        say(f"job {job_id}: controller ended by {stop}; the job and its hosts go on "
+            f"(`gpujob recover {job_id}` follows it again)")  # fmt: skip
+        return 0
+    finally:
+        os.close(lock)
+
+
+def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
+    from launcher.supervise.recover_steps import observe
+
+    db = StateDB()
+    unreachable = Unreachable()
+    said = ""
+    while True:
+        record, job = rdb.get(job_id), db.job(job_id)
+        assert record is not None and job is not None
+        if record.over:
+            return 0
+        if job.state == "cancelled":  # `gpujob cancel` or `down`: the user's word, not a loss
+            return _finish(job, Finished("cancelled", job.exit_code or 1), rdb)
+        now = time.monotonic()
+        decision = decide(policy, record.restarts, observe(job, unreachable, now), now)
+        if isinstance(decision, Watch):
+            if decision.note and decision.note != said:
+                say(decision.note)
+            said = decision.note
+            time.sleep(poll_s())
+        elif isinstance(decision, Finished):
+            return _finish(job, decision, rdb)
+        elif isinstance(decision, Stop):
+            return _stop(job, decision, rdb, record.restarts)
+        elif (db.job(job_id) or job).state == "cancelled":  # `down` took the hosts meanwhile
+            continue
+        else:
+            stopped = _recover(job, decision, policy, rdb, record.restarts + 1, record.request)
+            if stopped is not None:
+                return stopped
+            unreachable, said = Unreachable(), ""
+
+
+def _finish(job: Any, decision: Finished, rdb: RecoveryDB) -> int:
+    """The job ended on its own: its agents ship what is left, then its hosts go."""
+    from launcher.supervise.recover_steps import terminate_hosts, wait_for_agents
+
+    wait_for_agents(job)
+    terminate_hosts(job, f"job {job.id} {decision.state}")
+    line = (f"job {job.id} {decision.state} (exit code {decision.exit_code}); its hosts are "
+            "terminated")  # fmt: skip
+    StateDB().update_job(job.id, decision.state, exit_code=decision.exit_code)
+    rdb.update(job.id, phase=FINISHED)
+    rdb.say(job.id, _restarts(rdb, job.id), line)
+    say(line)
+    return 0
+
+
+def _stop(job: Any, decision: Stop, rdb: RecoveryDB, restarts: int) -> int:
+    """For good: every host of the job goes; its checkpoints stay in S3."""
+    from launcher.supervise.recover_steps import terminate_hosts
+
+    with _signals_held():
+        terminate_hosts(job, "recovery stopped")
+        line = (f"recovery stopped: {decision.why}; every host of job {job.id} is terminated, "
+                "its checkpoints stay in S3")  # fmt: skip
+        StateDB().update_job(job.id, decision.state, exit_code=decision.exit_code,
+                             last_line=line)  # fmt: skip
+        rdb.update(job.id, phase=STOPPED)
+        rdb.say(job.id, restarts, line)
+    say(line)
+    return 1
+
+
+def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, restart: int,
+             request: dict[str, Any]) -> int | None:  # fmt: skip
+    """Terminate, find the checkpoint, rent and start again; None once the job runs again,
+    else the controller's exit code (it stopped)."""
+    from launcher.supervise.recover_steps import latest_checkpoint, terminate_hosts
+
+    lost_at = time.monotonic()
+    rdb.update(job.id, phase=RECOVERING)
+    with _signals_held():
+        terminate_hosts(job, f"{decision.why} on node {decision.rank}: restarting the job")
+    try:
+        checkpoint = latest_checkpoint(request)
+    except GpujobError as error:
+        return _stop(job, Stop(f"cannot read the checkpoints in S3: {error.one_line()}"), rdb,
+                     restart - 1)  # fmt: skip
+    line = decision.line(restart, policy.max_restarts, checkpoint.step if checkpoint else None)
+    StateDB().update_job(job.id, "recovering", last_line=line)
+    rdb.say(job.id, restart - 1, line)
+    say(line)
+    tries = 0
+    while True:
+        tries += 1
+        if _cancelled_meanwhile(job.id, rdb):
+            return 0
+        try:
+            _start_again(job.id, request, restart, checkpoint)
+            break
+        except GpujobError as error:
+            delay = next_delay(policy, tries, retry_base_s())
+            if delay is None:
+                why = (f"could not rent and start job {job.id} again after {tries} tries: "
+                       f"{error.one_line()}")  # fmt: skip
+                return _stop(job, Stop(why), rdb, restart - 1)
+            retry = (f"renting again failed (try {tries} of {policy.rent_tries}): "
+                     f"{error.one_line()}; next try in {delay:g} s")  # fmt: skip
+            rdb.say(job.id, restart - 1, retry, headline=False)
+            say(retry)
+            time.sleep(delay)
+    if _cancelled_meanwhile(job.id, rdb):  # while it rented: what it started goes too
+        return 0
+    with _signals_held():
+        rdb.update(job.id, phase=WATCHING, restarts=restart)
+    say(f"job {job.id}: attempt {restart + 1} runs, {time.monotonic() - lost_at:.1f} s after "
+        "the loss was seen")  # fmt: skip
+    return None
+
+
+def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
+    """`gpujob cancel` while the job was being recovered (ops.recover.cancel_recovering):
+    no restart; whatever this attempt started is terminated."""
+    from launcher.supervise.recover_steps import terminate_hosts
+
+    record = rdb.get(job_id)
+    if record is None or not record.over:
+        return False
+    db = StateDB()
+    job = db.job(job_id)
+    if job is not None:
+        with _signals_held():
+            terminate_hosts(job, "the job was cancelled while it was recovered")
+            db.update_job(job_id, "cancelled", exit_code=job.exit_code)
+    say(f"job {job_id}: cancelled by the user while it was recovered; no restart")
+    return True
+
+
+def _start_again(job_id: str, request: dict[str, Any], restart: int, checkpoint: Any) -> None:
+    """`submit --up`'s own steps for the same job id: what this try rents is terminated on
+    any way out before the job has started (ops.rent)."""
+    from launcher.commands.submit import SubmitOptions, submit
+    from launcher.supervise.recover_steps import pull_onto_head
+
+    fields = {k: v for k, v in request.items() if k not in ("spec_path", "sets", "policy")}
+    options = SubmitOptions(
+        spec_path=request["spec_path"], sets=tuple(request["sets"]), job_id=job_id,
+        detach=True, attempt=restart, recover=True,
+        resume_from=checkpoint.name if checkpoint else None,
+        before_start=pull_onto_head(checkpoint) if checkpoint else None, **fields,
+    )  # fmt: skip
+    submit(options)  # its rent's own signal handlers hold while it rents (ops.interrupts)
+
+
+def _restarts(rdb: RecoveryDB, job_id: str) -> int:
+    record = rdb.get(job_id)
+    return record.restarts if record else 0
+
+
+class _signals_held:
+    """Terminate calls are never cut short by a signal: it is acted on once they are done."""
+
+    def __enter__(self) -> None:
+        self.pending: list[int] = []
+        self.previous = {sig: signal.getsignal(sig)
+                         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}  # fmt: skip
+        for sig in self.previous:
+            signal.signal(sig, lambda signum, _: self.pending.append(signum))
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        if self.pending:
+            raise Ended(signal.Signals(self.pending[0]).name)

@@ -1,0 +1,222 @@
+"""The recovery controller's effects, each one step: look at the job's hosts (the cloud's
+`describe` and each node's agent over SSH), terminate them, find the latest complete
+checkpoint in S3, pull it onto a new head, and wait for the agents to finish shipping.
+
+Only the job's own hosts are ever touched: the ones its record names, each by the instance
+id gpujob recorded when it rented them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.clouds.base import Instance
+from launcher.errors import GpujobError
+from launcher.plan.recovery import NodeSeen, Unreachable
+from launcher.say import say
+from launcher.state.db import JobRecord
+
+PULL_TRIES = 3
+AGENTS_END_S = 120.0
+"""How long a finished job's agents get to ship its last checkpoint and log."""
+
+
+@dataclass(frozen=True)
+class JobHost:
+    """One node's host as the job's record names it."""
+
+    rank: int
+    name: str
+    instance_id: str | None
+    address: str
+    port: int | None
+    user: str | None
+
+
+def job_hosts(job: JobRecord) -> list[JobHost]:
+    from launcher.remote.hosts import HostEntry
+
+    hosts = []
+    for rank, record in enumerate(job.hosts):
+        entry = HostEntry.from_record(record)
+        instance = entry.instance.split(":", 1)[1] if entry.instance else None
+        hosts.append(JobHost(rank, entry.name, instance, entry.address, entry.port, entry.user))
+    return hosts
+
+
+def verdict_of(inst: Instance) -> tuple[str | None, str]:
+    """The cloud's word on a host (each cloud's own reading, clouds/loss.py): None while
+    it is fine or still booting, `preempted` or `host_lost`, with the cloud's reason."""
+    from launcher.clouds.loss import loss_verdict
+
+    found = loss_verdict(inst)
+    return (None, "") if found is None else (found.kind, found.reason)
+
+
+def observe(job: JobRecord, unreachable: Unreachable, now: float) -> list[NodeSeen]:
+    """Every node at one poll: the cloud's verdict on its host, then (unless the cloud says
+    it is gone) its agent's status over SSH."""
+    from launcher.clouds.registry import get_provider
+    from launcher.jobs.records import close_all
+    from launcher.runtime.agent import agent_argv, python_for
+
+    provider = get_provider(job.provider)
+    seen = []
+    conns: list[Any] = []
+    try:
+        for host, node_dir in zip(job_hosts(job), job.node_dirs, strict=True):
+            verdict, reason = None, ""
+            if host.instance_id:
+                try:
+                    verdict, reason = verdict_of(provider.describe(host.instance_id))
+                except GpujobError as error:  # the cloud's API failing is not a lost host
+                    say(f"node {host.rank}: could not ask {provider.name} about {host.name}: "
+                        f"{error.one_line()}")  # fmt: skip
+            status: dict[str, Any] | None = None
+            if verdict is None:
+                status = _agent_status(job, host.rank, node_dir, conns, agent_argv, python_for)
+            since = unreachable.seen(host.rank, status is not None, now)
+            seen.append(NodeSeen(
+                rank=host.rank, host=host.name, state=(status or {}).get("state"),
+                exit_code=(status or {}).get("exit_code"), verdict=verdict,
+                reason=reason or str((status or {}).get("reason") or ""),
+                unreachable_since=since,
+            ))  # fmt: skip
+    finally:
+        close_all(conns)
+    return seen
+
+
+def _agent_status(job: JobRecord, rank: int, node_dir: str, conns: list[Any], agent_argv: Any,
+                  python_for: Any) -> dict[str, Any] | None:  # fmt: skip
+    """The node's agent status, or None while its host does not answer."""
+    from launcher.remote.hosts import HostEntry, connect
+
+    try:
+        conn = connect(HostEntry.from_record(job.hosts[rank]))
+        conns.append(conn)
+        result = conn.run(agent_argv(python_for(job.provider), node_dir, "status"))
+        return json.loads(result.stdout) if result.ok else None
+    except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a first contact cut off
+        return None
+
+
+def terminate_hosts(job: JobRecord, why: str) -> list[str]:
+    """Terminate every host of the job that its cloud still runs; lines for what could not
+    be (the user's `gpujob down` then)."""
+    from launcher.clouds.registry import get_provider
+    from launcher.state.hosts import HostsDB
+    from launcher.targets.cloud.hosts import end_connection
+
+    provider = get_provider(job.provider)
+    db, failures = HostsDB(), []
+    for host in job_hosts(job):
+        if host.instance_id is None:
+            continue
+        try:
+            try:
+                gone = provider.describe(host.instance_id).status in ("terminated", "terminating")
+            except GpujobError:  # the cloud's API failing: terminate it all the same
+                gone = False
+            if not gone:
+                provider.terminate(host.instance_id)
+                say(f"terminated {host.name} ({provider.name} {host.instance_id}): {why}")
+        except GpujobError as error:
+            failures.append(f"could not terminate {host.name} ({host.instance_id}): "
+                            f"{error.one_line()}; run `gpujob down {host.name}`")  # fmt: skip
+            continue
+        if db.host(host.name) is not None:
+            db.update(host.name, status="terminated")
+        with contextlib.suppress(OSError):  # its SSH master ends now, not at its keepalive
+            end_connection(Instance(provider.name, host.instance_id, host.name, "terminated",
+                                    ip=host.address, ssh_port=host.port,
+                                    ssh_user=host.user or "root"))  # fmt: skip
+    for line in failures:
+        say(line)
+    return failures
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The latest complete checkpoint in S3: its folder name and step."""
+
+    name: str
+    step: int
+    remote: str
+    """`REMOTE:prefix` it is under (the spec's sync_to)."""
+
+
+def latest_checkpoint(request: dict[str, Any]) -> Checkpoint | None:
+    """The newest checkpoint whose marker is in S3 (complete), read from here."""
+    from launcher.agent.ckpt_store import MARKER, step_of
+    from launcher.spec.load import load_job_spec
+    from launcher.storage.remotes import all_remotes, parse_remote_path
+    from launcher.storage.s3 import list_keys
+
+    spec = load_job_spec(request["spec_path"], request.get("sets") or ()).spec
+    target = str(spec.checkpoints.sync_to)
+    path = parse_remote_path(target, all_remotes(spec.storage), "checkpoints.sync_to")
+    complete = {key.split("/")[0] for key, _ in list_keys(path)
+                if key.count("/") == 1 and key.endswith(f"/{MARKER}")}  # fmt: skip
+    steps = {name: step_of(name) for name in complete}
+    found = sorted((step, name) for name, step in steps.items() if step is not None)
+    if not found:
+        return None
+    step, name = found[-1]
+    return Checkpoint(name, step, target)
+
+
+def pull_onto_head(checkpoint: Checkpoint) -> Any:
+    """The step between placement and start of a restart: the checkpoint pulled from S3
+    into the job's checkpoint folder on node 0's host, verified against its marker."""
+
+    def before_start(plan: Any, placed: Any) -> None:
+        from launcher.remote.hosts import HostEntry
+        from launcher.storage.sync import SyncRequest, sync_ckpt
+
+        head = HostEntry.from_record(placed.records[0]).name
+        started = time.monotonic()
+        request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
+                              step=checkpoint.step, on=head)  # fmt: skip
+        for attempt in range(1, PULL_TRIES + 1):
+            try:
+                sync_ckpt(request)
+                break
+            except GpujobError as error:  # a copy resumes: what was pulled stays
+                if attempt == PULL_TRIES:
+                    raise
+                say(f"pull of {checkpoint.name} onto {head} failed ({error.one_line()}); "
+                    "trying again")  # fmt: skip
+        say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head} in "
+            f"{time.monotonic() - started:.1f} s, verified")  # fmt: skip
+
+    return before_start
+
+
+def wait_for_agents(job: JobRecord, deadline_s: float = AGENTS_END_S) -> None:
+    """A job that ended: its agents ship the last checkpoint and the log before they exit;
+    the hosts go only once they have (or after the bound)."""
+    from launcher.jobs.records import close_all, job_connections
+    from launcher.runtime.agent import agent_argv, python_for
+
+    try:
+        conns = job_connections(job)
+    except (GpujobError, OSError, EOFError):
+        return
+    deadline = time.monotonic() + deadline_s
+    try:
+        for conn, node_dir in zip(conns, job.node_dirs, strict=True):
+            while time.monotonic() < deadline:
+                result = conn.run(agent_argv(python_for(job.provider), node_dir, "status"))
+                pid = json.loads(result.stdout).get("supervisor_pid") if result.ok else None
+                if not pid or not conn.run(["kill", "-0", str(int(pid))]).ok:
+                    break
+                time.sleep(0.5)
+    except (GpujobError, ValueError, OSError, EOFError):
+        return
+    finally:
+        close_all(conns)

@@ -1,0 +1,380 @@
+"""`gpujob up`: rent GPU hosts, wait until SSH answers, make them ready (`down` is down.py).
+
+`up` records each host before its launch call, so nothing it starts can be forgotten: a
+failed or interrupted `up` (Ctrl-C, SIGTERM, SIGHUP: ops.rent) terminates what it made, and
+one killed outright leaves a row that the next `up` or `down --all` reconciles with the
+cloud's tagged instances. Messages go to stderr, tables
+to stdout. rich is imported inside the functions that draw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from launcher.bootstrap import Bootstrapped, HostProfile, bootstrap
+from launcher.clouds.base import (
+    STOP,
+    GpuRequest,
+    Instance,
+    Offer,
+    Provider,
+    Stopped,
+    instance_name,
+    launch_cheapest,
+    no_offers,
+    parse_gpu_request,
+)
+from launcher.errors import ExitCode, UsageError
+from launcher.remote.keys import public_key
+from launcher.state.hosts import HostsDB
+from launcher.state.readonly import HostsView
+from launcher.targets.cloud.interrupts import cleaning
+from launcher.targets.cloud.reconcile import Reconciliation, reconcile, record
+from launcher.targets.cloud.rent import Rent, renting, settle
+from launcher.targets.cloud.rent import current as current_rent
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    gpu: str
+    provider: str = "lambda"
+    count: int = 1
+    max_price: float | None = None
+    region: str | None = None
+    disk: int = 0
+    yes: bool = False
+    dry_run: bool = False
+    timeout: float = 1200.0
+    allow_cpu: bool = False
+    image: str | None = None
+    bootstrap: bool = True
+    filesystem: str | None = None
+    max_cost: float | None = None
+    """The budget (`--max-cost`); None reads the user config's `budget.max_cost`."""
+    max_duration_s: float | None = None
+    """The job's time limit (`submit --up`): with the autostop window, the rental's bound."""
+    autostop_s: float | None = None
+    """The autostop window in seconds (`up --autostop`, a spec's resources.autostop)."""
+    autostop_stop: bool = False
+    """Autostop stops the host where the cloud can (`--autostop-stop`, `down: false`)."""
+    autostop_key_on_host: bool = False
+    """The user's opt-in to their Lambda key in a 0600 file on the host (ops.autostop)."""
+    spot: bool = False
+    """Interruptible hosts at a bid (`up --spot`, a spec's resources.use_spot): Vast only."""
+
+
+def say(text: str) -> None:
+    click.echo(f"gpujob: {text}", err=True)
+
+
+def offers_table(offers: list[Offer], shown: int = 10) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(offers)} offer(s), cheapest first")
+    bids = any(o.bid is not None for o in offers)  # interruptible: the bid each would get
+    for column in ("provider", "type", "GPUs", "region", "$/hour", "disk GB"):
+        table.add_column(column)
+    if bids:
+        table.add_column("bid $/h")
+    for o in offers[:shown]:
+        row = [o.provider, o.instance_type, f"{o.gpu_count}x {o.gpu_name}", o.region,
+               f"{o.price_per_hour:.2f}", f"{o.disk_gb:.0f}"]  # fmt: skip
+        if bids:
+            row.append(f"{o.bid or 0:.3f}")
+        table.add_row(*row)
+    Console(file=sys.stdout, width=110).print(table)
+
+
+def bid_words(offer: Offer) -> str:
+    """How an interruptible rental reads in a line: its bid, and that it can be taken back."""
+    if offer.bid is None:
+        return ""
+    return f" (interruptible: bid ${offer.bid:.3f}/h; outbid, the host is stopped)"
+
+
+def up(options: UpOptions) -> int:
+    """An error, Ctrl-C, SIGTERM or SIGHUP before the hosts are printed terminates them
+    (ops.rent); the command then exits 1, or 128 + the signal's number."""
+    with renting("up") as rent:
+        return _up(options, rent)
+
+
+def _up(options: UpOptions, rent: Rent) -> int:
+    if options.image and not options.dry_run:  # before the first cloud call
+        from launcher.targets.cloud.before_rent import check_registry
+
+        check_registry(options.image, say)
+    provider, request, offers, db, share = _offers(options)
+    if options.dry_run:
+        say(
+            f"dry run: would launch {options.count} x {offers[0].instance_type} in "
+            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}; "
+            "nothing started"
+        )
+        return ExitCode.OK
+    if not options.yes:
+        click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
+                      f"${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}?",
+                      abort=True, err=True)  # fmt: skip
+    made = _launch_all(provider, request, options, public_key(), db, rent, share)
+    for inst in made:
+        click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
+                   f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
+    rent.keep()
+    return ExitCode.OK
+
+
+def launch_hosts(options: UpOptions) -> list[Instance]:
+    """`up` for `submit --up`, inside its `rent.renting()`: the offers are shown, nothing is
+    asked (the submit is the request) and the running hosts are returned, still the rent's
+    until the job starts; a dry run launches none."""
+    provider, request, _, db, share = _offers(options)
+    if options.dry_run:
+        return []
+    return _launch_all(provider, request, options, public_key(), db, current_rent(), share)
+
+
+def _offers(
+    options: UpOptions,
+) -> tuple[Provider, GpuRequest, list[Offer], HostsDB, float | None]:
+    """The offers, cheapest first, once the budget allows the cheapest; the request comes
+    back capped so a launch falling back to a dearer offer stays within the budget, with
+    each host's share of the budget (None without one)."""
+    from launcher.targets.cloud.autostop import start_bound_s
+    from launcher.targets.cloud.before_rent import check_spot
+    from launcher.targets.cloud.cost import budget_for, clear_cost, rental_bound, require_bound
+
+    check_spot(options.provider, options.spot)  # before any cloud call
+    request = parse_gpu_request(options.gpu, min_disk_gb=options.disk, max_price=options.max_price,
+                                region=options.region, spot=options.spot)  # fmt: skip
+    if options.count < 1:
+        raise UsageError("--count must be at least 1")
+    budget = budget_for(options.max_cost)
+    bound = rental_bound(start_bound_s(options.timeout), options.max_duration_s,
+                         options.autostop_s)  # fmt: skip
+    require_bound(budget, bound)  # before any cloud call
+    from launcher.targets.cloud.autostop import announce, check_autostop, check_host_api
+
+    check_autostop(options)  # before any cloud call too
+    from launcher.clouds.registry import get_provider
+
+    provider = get_provider(options.provider)
+    check_host_api(provider, options)  # before any cloud call
+    announce(options, say)
+    if options.filesystem:
+        if not hasattr(provider, "use_filesystem"):
+            raise UsageError(f"--filesystem is for Lambda; {provider.name} has none",
+                             "leave it out, or use --provider lambda")  # fmt: skip
+        provider.use_filesystem(options.filesystem)
+    db = hosts_db(options.dry_run)
+    reconciled(provider, db, options.dry_run)
+    offers = provider.offers(request)
+    if not offers:
+        raise no_offers(provider.name, request)
+    offers_table(offers)
+    cost = clear_cost(budget, options.count, offers[0].price_per_hour, bound)
+    if cost.line:
+        say(cost.line)
+    if cost.max_price is not None:
+        cap = min(cost.max_price, request.max_price or cost.max_price)
+        request = dataclasses.replace(request, max_price=cap)
+    return provider, request, offers, db, cost.share
+
+
+def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
+                db: HostsDB, rent: Rent, share: float | None = None) -> list[Instance]:  # fmt: skip
+    """Launch `count` hosts, one purchase at a time (Vast: search again after each; Lambda:
+    one launch per 12 s), and wait for them together. All or nothing: at the first failure
+    or signal `rent` terminates what was launched, then the workers stop at their next wait.
+    `share`: each host's share of the budget, recorded for `status`."""
+    from concurrent.futures import FIRST_EXCEPTION, Future, wait
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from launcher.clouds.reach import wait_for_ssh
+
+    rent.bind(provider, db, end_connection)
+    names = [instance_name(request.gpu.name) for _ in range(options.count)]
+    deadline = time.monotonic() + options.timeout
+    buying = threading.Lock()
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=Console(file=sys.stderr), transient=False)  # fmt: skip
+
+    def show(text: str, task: Any = None) -> None:
+        """A host's progress: drawn in place on a terminal; elsewhere (a pipe, a log), where
+        rich draws only the last state, also printed as a line."""
+        if task is not None:
+            progress.update(task, description=text)
+            if progress.console.is_terminal:
+                return
+            text = f"gpujob: {text}"
+        progress.console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+    def report(line: str) -> None:  # a bootstrap step's result; the next starts only if wanted
+        show(line)
+        if STOP.is_set():
+            raise Stopped("interrupted")
+
+    def one(name: str) -> Instance:
+        task = progress.add_task(f"{name}: waiting to launch")
+
+        def buy() -> Instance:
+            show(f"{name}: launching on {provider.name}", task)
+            return launch_cheapest(provider, request, name, key)
+
+        if share is not None:
+            db.set_budget(name, share)
+        with buying:
+            inst = rent.launch(name, request.label, buy)
+        show(f"{name}: {provider.name} {inst.id} booting", task)
+        inst = provider.wait_until_running(inst.id, max(1.0, deadline - time.monotonic()))
+        rent.update(name, inst, "booting")
+        show(f"{name}: waiting for SSH on {inst.ip}:{inst.ssh_port}", task)
+        wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
+        if options.bootstrap:
+            show(f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}", task)
+            bootstrap_instance(provider, inst, options, report)
+            from launcher.targets.cloud.autostop import record
+
+            record(db, provider, inst, options)  # its watcher runs: `status` shows it
+            if options.autostop_s is not None:
+                rent.hold(name)  # held until the hand-over (ops.rent)
+        rent.update(name, inst, "running")
+        show(f"{name}: ready at {inst.ip}:{inst.ssh_port}", task)
+        return inst
+
+    pool = ThreadPoolExecutor(options.count)
+    futures: list[Future[Instance]] = []
+    try:
+        with progress:
+            futures = [pool.submit(one, name) for name in names]
+            wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
+        if failed is not None:
+            raise failed
+        return [f.result() for f in futures]
+    except BaseException as error:
+        # Ctrl-C, SIGTERM and SIGHUP land here too, in the main thread (ops.interrupts). A
+        # launch in flight is waited for, so that what it makes is terminated too; a worker
+        # further on stops at its next wait, or when its terminated host's connection ends.
+        with cleaning():
+            STOP.set()
+            rent.undo(interrupted=isinstance(error, KeyboardInterrupt))
+            settle(futures)
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if all(f.done() for f in futures):  # else a signal cut the wait short: we are ending
+            STOP.clear()
+
+
+def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:
+    return HostProfile(runtime="bare" if provider_runtime == "bare" else "docker",
+                       allow_cpu=options.allow_cpu, min_disk_gb=options.disk,
+                       image=options.image)  # fmt: skip
+
+
+def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
+                       report: Callable[[str], None]) -> Bootstrapped:  # fmt: skip
+    """Log in with the key registered at launch and make the host ready. The first contact
+    pins the host's key for this instance: an address that served an earlier machine is
+    met as the new one it is (remote.hostkeys), and a later change is refused."""
+    from launcher.remote.hosts import connect, instance_entry
+    from launcher.targets.cloud.autostop import setup_for
+
+    conn = connect(instance_entry(inst))
+    try:
+        runtime = getattr(provider, "runtime", "docker")
+        profile = host_profile(runtime, options)
+        profile = dataclasses.replace(profile, autostop=setup_for(provider, inst, options))
+        return bootstrap(conn, inst.name, profile, report)
+    finally:
+        conn.close()
+
+
+def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
+    """`gpujob up --host NAME|user@addr[:port]`: a machine the user already has; nothing is
+    rented, the host is only made ready (and checked again on every call)."""
+    from launcher.clouds.registry import runtime_of
+    from launcher.remote.hosts import connect, resolve_host
+    from launcher.targets.cloud.autostop import refuse_on_static_host
+
+    refuse_on_static_host(options)
+    if options.spot:
+        raise UsageError("--spot is for hosts gpujob rents; --host names a machine you have, "
+                         "which no cloud can take back",
+                         "leave out --spot: it applies to a host `gpujob up GPU --provider "
+                         "vast` rents")  # fmt: skip
+    entry = resolve_host(host)
+    rented = HostsView().host(entry.name)  # a lookup: never creates the db
+    profile = host_profile(runtime_of(rented.provider) if rented else "docker", options)
+    if options.dry_run:
+        from launcher.bootstrap.steps import STEPS
+
+        say(f"dry run: would check {entry.name} ({entry.user or 'you'}@{entry.address}:"
+            f"{entry.port or 22}) and fix what is missing: "
+            f"{', '.join(step.__name__ for step in STEPS)}")  # fmt: skip
+        return ExitCode.OK
+    conn = connect(entry)
+    try:
+        done = bootstrap(conn, entry.name, profile, say)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(bootstrap_json(done))
+    else:
+        say(done.summary())
+    return ExitCode.OK
+
+
+def bootstrap_json(done: Bootstrapped) -> str:
+    import json
+
+    return json.dumps({"host": done.host, "changed": done.changed,
+                       "steps": [r._asdict() for r in done.results],
+                       "facts": done.found.as_json()}, indent=2)  # fmt: skip
+
+
+def hosts_db(dry_run: bool) -> HostsDB:
+    """The hosts db to record in, or for a dry run a read-only view (creates nothing)."""
+    return HostsView() if dry_run else HostsDB()
+
+
+def reconciled(provider: Provider, db: HostsDB, dry_run: bool,
+                foreign: bool = True) -> Reconciliation:  # fmt: skip
+    """The db squared with the cloud's tags; a dry run says what it would change. With
+    `foreign`, another owner's instances are listed as left alone."""
+    found = reconcile(provider, db)
+    if not dry_run:
+        record(db, found)
+    for line in found.lines(would=dry_run, foreign=foreign):
+        say(line)
+    return found
+
+
+def end_connection(inst: Instance) -> None:
+    """End gpujob's master SSH connection to a host that is gone (it would wait out its
+    keepalives otherwise) and drop its pinned keys: its address will serve another machine."""
+    from launcher.paths import known_hosts_file
+    from launcher.remote.hostkeys import KnownHosts, instance_key
+
+    instance = instance_key(inst.provider, inst.id)
+    KnownHosts(known_hosts_file()).forget_instance(instance)
+    if not inst.ip:
+        return
+    from launcher.remote.openssh import Endpoint, stop_masters
+
+    port = int(inst.ssh_port or 22)
+    stop_masters(endpoints=[Endpoint(inst.name, str(inst.ip), port, inst.ssh_user, (),
+                                     instance=instance)])  # fmt: skip

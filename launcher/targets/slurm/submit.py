@@ -1,0 +1,366 @@
+"""`gpujob submit --on slurm:NAME`: the job queued on a SLURM cluster through its login host.
+
+One exec reads the cluster (partitions, the login's python3), the checks before queueing
+refuse what cannot run (one line naming the field, exit 2, nothing queued), then one batch
+on the login host writes every node's files on the shared filesystem, builds the job
+environment there if it is new, asks `sbatch --test-only` and queues with `sbatch
+--parsable`. The log is then followed as on any host, with SLURM's state laid over it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import GpujobError, UsageError
+from launcher.plan.model import UNKNOWN_HOME, CopyFile, RunCommand, SyncDir, WriteFile
+from launcher.plan.slurm import SlurmCluster, SlurmPlan
+from launcher.say import say
+from launcher.state.db import JobRecord, StateDB
+
+
+class EarlyCluster:
+    """The login host contacted and the cluster described on a thread while this one loads
+    the spec (both mostly wait); what the thread met is raised when `take` asks."""
+
+    def __init__(self, on: tuple[str, ...]) -> None:
+        self.conn: Any = None
+        self.found: tuple[Any, Any, Any] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._contact, args=(on,), daemon=True)
+        self.thread.start()
+
+    def _contact(self, on: tuple[str, ...]) -> None:
+        from launcher.remote.hosts import connect
+        from launcher.targets.slurm import cluster as slurm
+
+        try:
+            cluster, login = slurm.resolve_cluster(on)
+            self.conn = connect(login)
+            self.found = (cluster, login, self.conn.run(slurm.describe_argv()))
+        except BaseException as err:  # raised in the caller's thread by take()
+            self.error = err
+
+    def take(self) -> tuple[Any, Any, Any, Any]:
+        """(cluster, login entry, connection, the describe's Result); the connection is
+        then the caller's to close."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.found is not None
+        conn, self.conn = self.conn, None
+        return (*self.found[:2], conn, self.found[2])
+
+    def close(self) -> None:
+        self.thread.join()
+        if self.conn is not None:
+            self.conn.close()
+
+
+def submit_to_slurm(options: Any, loaded: Any, image: Any, job_id: str, secrets: dict[str, str],
+                    sources: Any, early: EarlyCluster | None = None) -> int:  # fmt: skip
+    from launcher.plan.placement import image_reference
+    from launcher.plan.slurm import build_slurm_plan
+    from launcher.plan.slurm_checks import check_request, parse_partitions, parse_sinfo
+    from launcher.storage.preflight import preflight
+    from launcher.targets.slurm import cluster as slurm
+
+    spec = loaded.spec
+    ref = image_reference(spec.image, image)
+    conn = described = None
+    if early is None and not options.dry_run:
+        early = EarlyCluster(options.on)
+    if early is not None:
+        cluster, login, conn, described = early.take()
+    else:
+        cluster, login = slurm.resolve_cluster(options.on)
+    try:
+        python, home = "python3", UNKNOWN_HOME  # a dry run contacts nothing
+        if described is not None:
+            if not described.ok:
+                raise GpujobError(
+                    f"cluster {cluster.name}: sinfo/scontrol failed on the login host "
+                    f"{login.address}: {_last(described)}",
+                    "check that the SLURM client commands work there: `gpujob ssh` it",
+                )
+            sinfo, partitions, rest = [*described.stdout.split("@@\n"), "", ""][:3]
+            version, _, home = rest.strip().partition("\n")
+            found = parse_partitions(partitions, parse_sinfo(sinfo))
+            check_request(spec, cluster, found, _fields(loaded))
+            if image is not None and version and image.python != version.strip():
+                raise UsageError(f"image {image.name} is for Python {image.python} but the "
+                                 f"login host {login.name} runs {version.strip()}",
+                                 "use `--set image=host`")  # fmt: skip
+        if not cluster.shared:
+            from dataclasses import replace
+
+            cluster = replace(cluster, shared=home.strip() or UNKNOWN_HOME)
+        placeholder = _Target(cluster)
+        sync = preflight(loaded, placeholder, image, say)
+        planned = build_slurm_plan(spec, cluster, job_id, secrets, image, sources,
+                                   python=python, image_ref=ref, sync=sync)  # fmt: skip
+        if options.dry_run:
+            sys.stdout.write(slurm_plan_text(planned, login.name))
+            return 0
+        assert conn is not None
+        return _queue(options, planned, loaded, conn, login)
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+class _Target:
+    """What preflight asks of a target: where job folders go (the shared filesystem)."""
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.provider = "slurm"
+        self.runtime = "bare"
+        self.job_root = f"{cluster.shared}/.gpujob/jobs"
+        self.hosts = (cluster.login,)
+
+
+def _fields(loaded: Any) -> dict[str, str]:
+    return {
+        "nodes": loaded.where("nodes"),
+        "accelerators": loaded.where("resources", "accelerators"),
+        "cpus": loaded.where("resources", "cpus"),
+        "memory_gb": loaded.where("resources", "memory_gb"),
+        "max_duration": loaded.where("max_duration"),
+    }
+
+
+def slurm_plan_text(planned: SlurmPlan, login: str) -> str:
+    """The dry run: every node's files (the sbatch script among node 0's), then the checks
+    and the exact sbatch command, all run on the login host."""
+    from launcher.plan.show import limit_lines, shell_join, shown, step_lines
+    from launcher.targets.slurm.cluster import describe_argv
+
+    plan = planned.plan
+    cluster = planned.cluster
+    lines = [
+        f"job {plan.job_id}: {plan.name} on SLURM cluster {cluster.name} (login host {login}), "
+        f"{len(plan.nodes)} node(s) x {plan.nproc_per_node} rank(s) = world size "
+        f"{plan.world_size}",
+        "node N is the Nth of `scontrol show hostnames $SLURM_JOB_NODELIST`; "
+        "its address (NodeAddr) is filled in by the sbatch script",
+    ]
+    if plan.grad_accum_steps is not None:
+        lines.append(f"grad_accum_steps = {plan.grad_accum_steps}")
+    if plan.limits is not None:
+        lines.extend(limit_lines(plan.limits))
+    for node in plan.nodes:
+        lines += ["", f"node {node.rank}: files on the shared filesystem, written from "
+                      f"{login}: job dir {shown(node.job_dir)}"]  # fmt: skip
+        for step in node.steps:
+            lines.extend(step_lines(step))
+    lines += [
+        "",
+        f"before queueing, on {login}:",
+        f"  run   {shell_join(describe_argv())}",
+        "        # the partitions (nodes, GPUs, CPUs, memory, MaxTime, accounts) checked here",
+        f"  run   {shell_join(planned.test_only)}",
+        "        # SLURM's own check of the request; nothing is queued",
+        "",
+        f"queue, on {login}:",
+        f"  run   {shell_join(planned.submit)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _queue(options: Any, planned: SlurmPlan, loaded: Any, conn: Any, login: Any) -> int:
+    from launcher.remote.batch import File, Run
+
+    plan = planned.plan
+    spec = loaded.spec
+    db = StateDB()
+    if db.job(plan.job_id) is not None and db.job(plan.job_id).id == plan.job_id:  # type: ignore[union-attr]
+        raise UsageError(f"job id {plan.job_id} is taken", "leave out --job-id to get a new one")
+    # First SLURM's own check with the script alone: nothing else (secrets, the job
+    # environment) is written or built for a job the cluster refuses.
+    checked = conn.batch([File(planned.script_path, planned.script.encode(), 0o755),
+                          Run(planned.test_only)])  # fmt: skip
+    if len(checked.runs) != 1 or not checked.runs[0].ok:
+        _remove_job_dir(conn, planned)
+        said = _last(checked.runs[0]) if checked.runs else "the script could not be written"
+        if UNREACHABLE.search(said):
+            raise GpujobError(f"cluster {planned.cluster.name} unreachable: {said}",
+                              "its controller does not answer; try again later")  # fmt: skip
+        raise UsageError(f"{planned.cluster.where}: sbatch --test-only refused the job: {said}",
+                         "nothing was queued; see the sbatch options in --dry-run")  # fmt: skip
+    ops: list[Any] = []
+    commands: list[RunCommand] = []
+    for node in plan.nodes:
+        for step in node.steps:
+            if isinstance(step, WriteFile):
+                if step.path != planned.script_path:
+                    ops.append(File(step.path, step.content.encode(), step.mode))
+            elif isinstance(step, CopyFile):
+                ops.append(File(step.path, Path(step.source).read_bytes(), step.mode))
+            elif isinstance(step, SyncDir):
+                ops.append(step)
+            elif isinstance(step, RunCommand):
+                ops.append(Run(step.argv, stream=True))
+                commands.append(step)
+    ops.append(Run(planned.submit))
+    started = time.time()
+    try:
+        runs = conn.batch(ops).runs
+        from launcher.runtime.apply import require_prepared
+
+        for command, result in zip(commands, runs, strict=False):
+            require_prepared(plan.nodes[0], command, result, say)
+        if len(runs) < len(commands) + 1 or not runs[-1].ok:
+            said = _last(runs[-1]) if runs else "nothing ran"
+            raise GpujobError(f"cluster {planned.cluster.name}: sbatch failed: {said}")
+    except BaseException:
+        _remove_job_dir(conn, planned)
+        raise
+    slurm_job = runs[-1].stdout.strip().split(";")[0]
+    say(f"job {plan.job_id}: {spec.name}, {plan.world_size} rank(s) on {spec.nodes} node(s) "
+        f"of SLURM cluster {planned.cluster.name}: SLURM job {slurm_job}")  # fmt: skip
+    db.add_job(
+        JobRecord(
+            id=plan.job_id, name=spec.name, spec_path=str(loaded.path), provider="slurm",
+            runtime="bare", hosts=[login.to_record()] * spec.nodes, node_dirs=plan.node_dirs,
+            state="pending", exit_code=None, created_at=started, ended_at=None,
+            last_line=None, logs_to=plan.logs_to, scheduler_job=slurm_job,
+        )
+    )  # fmt: skip
+    if options.detach:
+        say(f"queued; follow it with: gpujob logs {plan.job_id} -f")
+        print(plan.job_id)
+        return 0
+    from launcher.jobs.follow import logs
+
+    return logs(plan.job_id, follow=True, connections=[conn] * spec.nodes)
+
+
+UNREACHABLE = re.compile(r"Unable to contact slurm controller|connect failure|"
+                         r"Could not establish a configuration source")  # fmt: skip
+"""sbatch's words when the controller does not answer (reference/slurm.md B8): a failure
+(exit 1), not a refusal of the request."""
+
+
+def _remove_job_dir(conn: Any, planned: SlurmPlan) -> None:
+    """A refused or failed submission leaves nothing on the shared filesystem (no secrets)."""
+    try:
+        conn.run(["rm", "-rf", "--", planned.job_dir])
+    except (GpujobError, OSError) as err:
+        say(f"could not remove {planned.job_dir} on the login host: {err}")
+
+
+def _last(result: Any) -> str:
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit {result.exit_code}"
+
+
+def slurm_connections(job: JobRecord, conns: list[Any]) -> list[Any]:
+    """Each node read through the login host, SLURM's view of the job shared by all."""
+    from launcher.targets.slurm.cluster import SlurmNode
+
+    view = slurm_view(job, conns[0])
+    return [SlurmNode(conn, view, rank, say) for rank, conn in enumerate(conns)]
+
+
+def slurm_view(job: JobRecord, login: Any) -> Any:
+    """SLURM's view of the job, its output file (slurm-<id>.out in the job folder) with it."""
+    from launcher.targets.slurm.cluster import SlurmJobView
+
+    job_dir = job.node_dirs[0].rsplit("/", 1)[0] if job.node_dirs else ""
+    out = f"{job_dir}/slurm-{job.scheduler_job}.out" if job_dir and job.scheduler_job else ""
+    return SlurmJobView(login, job.scheduler_job or "", out_file=out)
+
+
+def slurm_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
+    """Each node's status for `gpujob status`: its agent's, with SLURM's state and reason."""
+    import json
+
+    from launcher.jobs.records import close_all, job_connections
+    from launcher.runtime.agent import agent_argv
+    from launcher.targets.slurm.cluster import node_status
+
+    try:
+        conns = job_connections(job)
+    except GpujobError:
+        return None
+    try:
+        view = slurm_view(job, conns[0])
+        view.refresh()
+        statuses = []
+        for node_dir in job.node_dirs:
+            result = conns[0].run(agent_argv("python3", node_dir, "status"))
+            agent = json.loads(result.stdout) if result.ok else {"state": "unknown"}
+            status = node_status(agent, view)
+            if view.state:
+                status["slurm"] = f"SLURM job {view.job_id} {view.state} ({view.reason})"
+            if status.get("state") == "pending":
+                status["last_line"] = status.get("reason")
+            statuses.append(status)
+        return statuses
+    except (GpujobError, ValueError, OSError):
+        return None
+    finally:
+        close_all(conns)
+
+
+def slurm_cancel(job: JobRecord, grace_s: float, dry_run: bool) -> int:
+    """`scancel`: SLURM sends every node's step SIGTERM, which the node step passes to its
+    agent with the grace asked for (`cancel-grace` in the job folder), at most SLURM's
+    KillWait less 2 s (SIGKILL follows it); waits, bounded, for the job to leave the queue
+    and records how it really ended (it may have completed meanwhile). Secrets of nodes
+    that never started are removed."""
+    from launcher.jobs.records import close_all, job_connections
+    from launcher.targets.slurm.cluster import STATE_WORDS, scancel_argv
+
+    argv = scancel_argv(job.scheduler_job or "")
+    job_dir = job.node_dirs[0].rsplit("/", 1)[0]
+    grace = f"{max(0, int(grace_s))}"
+    if dry_run:
+        print(f"on the login host: echo {grace} > {shlex.quote(job_dir)}/cancel-grace; "
+              f"{shlex.join(argv)}")  # fmt: skip
+        say(f"dry run: job {job.id} would then be recorded as cancelled; nothing was run")
+        return 0
+    conns = job_connections(job)
+    try:
+        login = conns[0]
+        login.run(["sh", "-c", 'echo "$2" > "$1/cancel-grace"', "sh", job_dir, grace])
+        result = login.run(argv)
+        view = slurm_view(job, login)
+        deadline = time.monotonic() + 120
+        while True:
+            view.asked_at = -1e9
+            view.refresh()
+            if view.state not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SUSPENDED"):
+                break
+            if time.monotonic() > deadline:
+                raise GpujobError(
+                    f"job {job.id}: SLURM job {job.scheduler_job} is still {view.state} 120 s "
+                    "after scancel",
+                    f"look at it with: gpujob status {job.id}; cancel again",
+                )
+            time.sleep(0.5)
+        login.run(["sh", "-c", SECRETS_RM, "sh", job_dir])
+    finally:
+        close_all(conns)
+    ended = STATE_WORDS.get(view.state, "cancelled" if not view.state else "")
+    if not result.ok and not ended:
+        raise GpujobError(f"scancel {job.scheduler_job} failed: {_last(result)}")
+    if ended and ended != "cancelled":  # it ended on its own before scancel reached it
+        code = view.code if view.code is not None else (0 if ended == "succeeded" else 1)
+        StateDB().update_job(job.id, ended, exit_code=code)
+        say(f"job {job.id} had already ended: SLURM job {job.scheduler_job} {view.state} "
+            f"(exit code {code}); nothing to cancel")  # fmt: skip
+        return 0
+    StateDB().update_job(job.id, "cancelled", exit_code=143)
+    say(f"job {job.id} cancelled (SLURM job {job.scheduler_job}: {view.state or 'gone'}; "
+        f"grace {grace} s, at most SLURM's KillWait)")  # fmt: skip
+    return 0
+
+
+SECRETS_RM = 'rm -f -- "$1"/node-*/secrets.json "$1"/node-*/secrets.env "$1"/node-*/storage.json'
+"""What a node's agent deletes once its job started: left only by nodes that never did."""
