@@ -9,7 +9,7 @@ Vast host's own key is put in its file by the instance's onstart (providers/vast
 
 With the watcher comes a hold: the host counts as busy until the command that rents it
 hands it over (`up` once every host is ready, `submit --up` once its job has started:
-ops.autostop.release_holds removes it) or, if that command died, until the hold expires:
+targets.cloud.autostop.release_holds removes it) or, if that command died, until the hold expires:
 a host that waits for the others of its command is not ended under it, and none is left
 without an end.
 """

@@ -115,10 +115,11 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
 def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
     """Rent GPU hosts (GPU: a100, h100:8, a100-80gb:2), wait for SSH, and make them ready:
     GPU and driver, Docker, disk and /dev/shm, the agent, rclone, the job image."""
+    from launcher.commands.up import up as run_up
+    from launcher.commands.up import up_static
     from launcher.errors import UsageError
     from launcher.targets.cloud.autostop import window_seconds
-    from launcher.targets.cloud.hosts import UpOptions, up_static
-    from launcher.targets.cloud.hosts import up as run_up
+    from launcher.targets.cloud.hosts import UpOptions
 
     kwargs["autostop_s"] = window_seconds(kwargs.pop("autostop"))
     if host is not None:

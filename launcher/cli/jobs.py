@@ -62,7 +62,7 @@ def submit(**kwargs: Any) -> None:
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
     """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
-    from launcher.jobs.follow import logs as show_logs
+    from launcher.commands.logs import logs as show_logs
 
     sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
 
@@ -108,7 +108,7 @@ def status(as_json: bool, limit: int) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
 def cancel(job: str, grace: float, dry_run: bool) -> None:
     """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
-    from launcher.commands.status import cancel as run_cancel
+    from launcher.commands.cancel import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))
 
@@ -119,7 +119,7 @@ def cancel(job: str, grace: float, dry_run: bool) -> None:
 def recover(job: str, foreground: bool) -> None:
     """Start JOB's recovery controller unless one runs (after a reboot, or a kill): it adopts
     the job where it is, a running job goes on running."""
-    from launcher.supervise.recover import recover as run_recover
+    from launcher.commands.recover import recover as run_recover
 
     sys.exit(run_recover(job, foreground=foreground))
 

@@ -128,9 +128,9 @@ def storage_rclone_config(remote: str, out: str | None, dry_run: bool, spec: str
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def sync_ckpt(**kwargs: object) -> None:
     """Push a job's complete checkpoints to S3, or pull them; verified (sizes and MD5s)."""
+    from launcher.commands.sync_ckpt import sync_ckpt as run_sync
     from launcher.errors import UsageError
     from launcher.storage.sync import SyncRequest
-    from launcher.storage.sync import sync_ckpt as run_sync
 
     if kwargs["latest"] and kwargs["step"] is not None:
         raise UsageError("give --latest or --step N, not both")

@@ -191,8 +191,11 @@ class Provider(Protocol):
         """Offers that fit `request`, cheapest first; may be empty."""
         ...
 
-    def launch(self, offer: Offer, name: str, ssh_public_key: str) -> Instance:
-        """Rent one instance named `name` (already tagged); CapacityError to try the next."""
+    def launch(
+        self, offer: Offer, name: str, ssh_public_key: str, image: str | None = None
+    ) -> Instance:
+        """Rent one instance named `name` (already tagged); CapacityError to try the next.
+        `image`: the job's, where the instance is a container of it (`runs_in_image`)."""
         ...
 
     def describe(self, instance_id: str) -> Instance:
@@ -216,9 +219,9 @@ class Provider(Protocol):
         ...
 
 
-# Set when a launch fails or is interrupted (a signal: ops.interrupts): every poll loop of
+# Set when a launch fails or is interrupted (a signal: targets.cloud.interrupts): every poll loop of
 # its worker threads ends at its next wait instead of polling a booting instance to its
-# timeout while the user waits, and no further launch starts (ops.rent).
+# timeout while the user waits, and no further launch starts (targets.cloud.rent).
 STOP = threading.Event()
 
 
@@ -264,7 +267,11 @@ MAX_OFFERS_TRIED = 25  # dstack's default for the same loop
 
 
 def launch_cheapest(
-    provider: Provider, request: GpuRequest, name: str, ssh_public_key: str
+    provider: Provider,
+    request: GpuRequest,
+    name: str,
+    ssh_public_key: str,
+    image: str | None = None,
 ) -> Instance:
     """The cheapest offer that really launches. Capacity is raced and Vast's offers churn,
     so after each refusal the offers are read again (skipping those tried), never trusted
@@ -276,7 +283,7 @@ def launch_cheapest(
             break
         offer = fresh[0]
         try:
-            return provider.launch(offer, name, ssh_public_key)
+            return provider.launch(offer, name, ssh_public_key, image)
         except CapacityError as refused:
             tried[offer.raw_id] = refused.message
     if not tried:

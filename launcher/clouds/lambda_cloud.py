@@ -55,6 +55,7 @@ def _describe_error(reply: Any) -> str:
 class LambdaCloud:
     name = "lambda"
     runtime = "docker"  # a VM with Docker and the NVIDIA runtime (Lambda Stack)
+    runs_in_image = False  # a VM: the job's image runs in its Docker
     ssh_user = "ubuntu"
     can_stop = False  # launch, restart, terminate: no stop (§0)
     autostop_key = "user"  # no key scoped to one instance: autostop needs the user's on the host
@@ -145,7 +146,9 @@ class LambdaCloud:
         self._data("POST", "/ssh-keys", dict, json={"name": name, "public_key": public_key})
         return name
 
-    def launch(self, offer: Offer, name: str, ssh_public_key: str) -> Instance:
+    def launch(
+        self, offer: Offer, name: str, ssh_public_key: str, image: str | None = None
+    ) -> Instance:
         from launcher.state.owner import owner
 
         if not name.startswith(TAG):

@@ -1,7 +1,8 @@
 """Vast.ai (API v0, and v1 for the instance list): search offers, rent one, label it, destroy.
 
 After shared/reference/vast-api.md. A Vast instance is a container from the image named at
-creation, so `launch` names the job image (`GPUJOB_VAST_IMAGE`) and an onstart that makes
+creation, so `launch` names the job's image (`GPUJOB_VAST_IMAGE` overrides it; a PyTorch image
+without either) and an onstart that makes
 SSH sessions see the container's environment. Offers churn: a rented or vanished offer
 answers 404/410 `no_such_ask`, which becomes `CapacityError`, and `up` searches again.
 The account key is registered before creation (Vast copies account keys into new instances
@@ -68,6 +69,7 @@ def _describe_error(reply: Any) -> str:
 class Vast:
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
+    runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
     ssh_user = "root"
     can_stop = True  # PUT state stopped: the GPU is freed, the disk still bills (§5)
     autostop_key = "instance"  # CONTAINER_API_KEY: start, stop or destroy this instance only
@@ -87,7 +89,7 @@ class Vast:
         )
         self.v1_list = url.rsplit("/api/v0", 1)[0] + "/api/v1/instances/"
         self.host_api_url = host_api_url("GPUJOB_VAST_HOST_API_URL", url)
-        self.image = os.environ.get("GPUJOB_VAST_IMAGE", DEFAULT_IMAGE)
+        self.image = os.environ.get("GPUJOB_VAST_IMAGE")  # the image every launch uses (the lab)
 
     def _call(self, method: str, path: str, expected_key: str | None, **kwargs: Any) -> Any:
         from launcher.clouds.http import shape_error
@@ -164,13 +166,16 @@ class Vast:
                    for k in keys):  # fmt: skip
             self._call("POST", "/ssh/", None, json={"ssh_key": public_key.strip()})
 
-    def launch(self, offer: Offer, name: str, ssh_public_key: str) -> Instance:
+    def launch(
+        self, offer: Offer, name: str, ssh_public_key: str, image: str | None = None
+    ) -> Instance:
         if not name.startswith(TAG):
             raise ValueError(f"instance labels carry the gpujob tag: {name!r}")
         self.ensure_ssh_key(ssh_public_key)
-        body = {"client_id": "me", "image": self.image, "disk": int(offer.disk_gb),
-                "label": name, "runtype": "ssh_direc ssh_proxy", "onstart": ONSTART,
-                "env": {}, "price": offer.bid, "cancel_unavail": True}  # fmt: skip
+        body = {"client_id": "me", "image": self.image or image or DEFAULT_IMAGE,
+                "disk": int(offer.disk_gb), "label": name, "runtype": "ssh_direc ssh_proxy",
+                "onstart": ONSTART, "env": {}, "price": offer.bid,
+                "cancel_unavail": True}  # fmt: skip
         try:
             reply = self.api.call("PUT", f"/asks/{offer.raw_id}/", json=body, creates=True)
         except ProviderError as error:

@@ -25,7 +25,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     are listed and left alone; naming one is refused unless `force`. A dry run reads the
     clouds and the db, changes neither, and prints what it would do, in order."""
     from launcher.clouds.registry import configured, get_provider
-    from launcher.commands.status import cancel_first
+    from launcher.jobs.cancel import cancel_first
     from launcher.targets.cloud.reconcile import named, not_ours
 
     if bool(reference) == everything:

@@ -43,9 +43,13 @@ def parse_verdicts(text: str) -> list[Verdict]:
     return found
 
 
+THIS_MACHINE = "local"
+"""`gpujob doctor local`: the probe runs here, with this Python."""
+
+
 def _probe_on(host: str, python: str | None) -> tuple[Any, list[str]]:
     """A connection to the host and the command that runs the probe there."""
-    if host == "local":
+    if host == THIS_MACHINE:
         from launcher.remote.local import LocalConnection
 
         return LocalConnection(), [python or sys.executable, str(PROBE)]
@@ -74,7 +78,7 @@ def run_doctor(host: str, python: str | None, as_json: bool) -> int:
                     f"{result.stderr.strip()[-300:]}",
                     "check that the host's python3 works, or name one with --python",
                 )
-            verdicts += s3_verdicts(conn, for_hosts=host != "local")
+            verdicts += s3_verdicts(conn, for_hosts=host != THIS_MACHINE)
     finally:
         conn.close()
     if as_json:

@@ -1,4 +1,5 @@
-"""`gpujob logs`: a job's log from its hosts, by byte offset, and the job's exit code.
+"""A job's log from its target's nodes, by byte offset, and the job's exit code (`logs`, and
+`submit` once the job has started).
 
 A follow records each node's offset in the state db as bytes are written, so a client that
 is killed and started again continues where the last one stopped (nothing twice); a follow
@@ -13,15 +14,17 @@ import contextlib
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from launcher.agent.limits import TIMED_OUT_CODE
 from launcher.agent.states import TERMINAL, TIMED_OUT
 from launcher.errors import GpujobError, UsageError
-from launcher.jobs.records import close_all, job_connections, job_or_fail
+from launcher.remote.base import Connection
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
+from launcher.targets.base import Node, Target, close_all, target_for
 
 FAIL_FAST_GRACE_S = 10.0
 CAUSE_LINES = 12
@@ -34,50 +37,48 @@ PEER_LOST = re.compile(
 )
 
 
-def logs(
-    reference: str,
+def show_log(
+    job: JobRecord,
     *,
     follow: bool,
     node: int | None = None,
     tail: int | None = None,
-    connections: list[Any] | None = None,
+    opened: Mapping[str, Connection] | None = None,
     first_reads: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
+    on_stop: Callable[[], None] = lambda: None,
 ) -> int:
-    """`first_reads`: reads from byte 0 already made, by node rank (submit's)."""
+    """The job's log from its target's nodes. `opened`: connections by host name already
+    open (submit's; the log falls back to S3 only without them); `first_reads`: reads from
+    byte 0 already made, by node rank (submit's); `on_stop`: called when a follow stops
+    with the job still running (its keeper takes over)."""
     db = StateDB()
-    job = job_or_fail(db, reference)
-    if follow and tail is None:
-        from launcher.supervise.recover_follow import follow_attempts, under_recovery
-
-        if under_recovery(job.id):  # every attempt in turn, one line per recovery
-            return follow_attempts(job, node, connections, first_reads)
-    conns = connections or job_connections(job)
-    if job.provider == "slurm":  # through the login host, SLURM's state laid over the agents'
-        from launcher.targets.slurm.submit import slurm_connections
-
-        conns = slurm_connections(job, conns)
+    target = target_for(job)
+    nodes = target.nodes(job, opened)
     try:
-        return _logs(db, job, conns, follow=follow, node=node, tail=tail, first=first_reads)
+        return _logs(db, job, target, nodes, follow=follow, node=node, tail=tail,
+                     first=first_reads, on_stop=on_stop)  # fmt: skip
     except GpujobError as err:
-        if isinstance(err, UsageError) or not job.logs_to or connections is not None:
+        if isinstance(err, UsageError) or not job.logs_to or opened is not None:
             raise
         say(f"{err.one_line()}; showing the log the agents shipped to {job.logs_to}")
         from launcher.storage.shipped_logs import show_shipped_logs
 
         return show_shipped_logs(job, node=node, tail=tail)
     finally:
-        close_all(conns)
+        close_all([n.connection for n in nodes])
 
 
 def _logs(
     db: StateDB,
     job: JobRecord,
-    conns: list[Any],
+    target: Target,
+    nodes: list[Node],
     *,
     follow: bool,
     node: int | None,
     tail: int | None,
-    first: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
+    first: dict[int, tuple[bytes, dict[str, Any]]] | None,
+    on_stop: Callable[[], None],
 ) -> int:
     from launcher.runtime.logs import (
         NodeStream,
@@ -91,15 +92,16 @@ def _logs(
     # an ended job whose log is in S3 does not wait for its host to come back
     patience = 0.0 if job.terminal and job.logs_to else None
     streams = [
-        NodeStream(rank=rank, node_dir=node_dir, connection=conns[rank], patience_s=patience)
-        for rank, node_dir in enumerate(job.node_dirs)
-        if node is None or rank == node
+        NodeStream(rank=n.rank, node_dir=n.node_dir, connection=n.connection, patience_s=patience)
+        for n in nodes
+        if node is None or n.rank == node
     ]
     if not streams:
         raise UsageError(f"job {job.id} has no node {node}; it has {len(job.node_dirs)}")
+    here = target.traits.on_this_machine
     for stream in streams:
         if tail is not None:
-            stream.offset = _tail_offset(stream, tail)
+            stream.offset = _tail_offset(stream, tail, here)
         elif follow:
             stream.offset = db.offset(job.id, stream.rank)
             if stream.offset:
@@ -121,21 +123,21 @@ def _logs(
         state = failed.status.get("state")
         say(f"node {failed.rank} {state} (exit code {failed.status.get('exit_code')}); "
             "stopping the other nodes")  # fmt: skip
-        _cancel_nodes(job, conns, skip=failed.rank)
+        for other in nodes:
+            if other.rank != failed.rank:
+                other.cancel(FAIL_FAST_GRACE_S)
 
     def hand_over() -> None:
         """Nobody follows from here on: the job's keeper keeps its failure rule."""
         if follow and tail is None:
-            from launcher.supervise.keeper import hand_to_keeper
+            on_stop()
 
-            hand_to_keeper(db.job(job.id))
-
+    stops_others = follow and node is None and target.traits.stops_others_on_failure
     try:
         with stop_on_signals():
             done = follow_logs(
                 streams, output, follow=follow, on_progress=record,
-                on_failure=stop_the_rest if follow and node is None and job.provider != "slurm"
-                else None, note=say,  # SLURM's srun --kill-on-bad-exit stops the others
+                on_failure=stop_the_rest if stops_others else None, note=say,
             )  # fmt: skip
     except KeyboardInterrupt:
         hand_over()
@@ -187,16 +189,6 @@ def _ending(streams: list[Any], state: str, cause: Any) -> str:
     return f"{state}: {reason}" if reason and state == "failed" else state
 
 
-def _cancel_nodes(job: JobRecord, conns: list[Any], skip: int) -> None:
-    from launcher.runtime.agent import agent_argv, python_for
-
-    for rank, node_dir in enumerate(job.node_dirs):
-        if rank != skip:
-            conns[rank].run(
-                agent_argv(python_for(job.provider), node_dir, "cancel", f"{FAIL_FAST_GRACE_S:g}")
-            )
-
-
 def _show_cause(cause: Any, text: str) -> None:
     lines = crash_lines(text)
     say(f"node {cause.rank} failed first (exit code {cause.status.get('exit_code')}); "
@@ -246,10 +238,10 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def _tail_offset(stream: Any, lines: int) -> int:
+def _tail_offset(stream: Any, lines: int, here: bool) -> int:
     """Offset of the last `lines` lines, reading backwards from the end in 64 KiB steps: a
-    10 GB log is never read whole."""
-    size = _log_size(stream)
+    10 GB log is never read whole. `here`: the log is a file of this machine."""
+    size = _log_size(stream, here)
     start, found = size, b""
     while start > 0 and found.count(b"\n") <= lines:
         start = max(0, start - (64 << 10))
@@ -259,9 +251,9 @@ def _tail_offset(stream: Any, lines: int) -> int:
     return size - len(b"\n".join(keep)) - (1 if found.endswith(b"\n") and keep else 0)
 
 
-def _log_size(stream: Any) -> int:
+def _log_size(stream: Any, here: bool) -> int:
     path = f"{stream.node_dir}/job.log"
-    if stream.connection.host == "local":
+    if here:
         return Path(path).stat().st_size if Path(path).exists() else 0
     result = stream.connection.run(["stat", "-c", "%s", path])
     return int(result.stdout.strip()) if result.ok else 0

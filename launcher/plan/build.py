@@ -31,12 +31,12 @@ from launcher.plan.launch import (
 from launcher.plan.merge_step import merge_files
 from launcher.plan.model import (
     CopyFile,
+    NodeLayout,
     NodePlan,
     Plan,
     RunCommand,
     Step,
     SyncDir,
-    Target,
     WriteFile,
 )
 from launcher.plan.node_files import (
@@ -88,7 +88,7 @@ class CheckpointSync:
 
 def build_plan(
     spec: JobSpec,
-    target: Target,
+    target: NodeLayout,
     job_id: str,
     secrets: dict[str, str],
     image: ImageDefinition | None,
@@ -151,13 +151,13 @@ def build_plan(
     )
 
 
-def _job_python(target: Target, image: ImageDefinition | None) -> str:
+def _job_python(target: NodeLayout, image: ImageDefinition | None) -> str:
     if image is None or target.runtime == "docker":
         return target.python
     return str(PurePosixPath(_env_dir(target, image)) / "bin" / "python")
 
 
-def _env_dir(target: Target, image: ImageDefinition) -> str:
+def _env_dir(target: NodeLayout, image: ImageDefinition) -> str:
     return str(PurePosixPath(target.env_root) / f"{image.name}-{image.fingerprint}")
 
 
@@ -180,7 +180,7 @@ def _derived_values(spec: JobSpec, job_id: str, job_dir: str) -> dict[str, str]:
     return values
 
 
-def workdir_copy(target: Target, workdir: str) -> str:
+def workdir_copy(target: NodeLayout, workdir: str) -> str:
     """The host's lasting copy of one local workdir (named by its folder and a hash of its
     path), which every submit from it updates with only what changed."""
     digest = hashlib.sha256(str(workdir).encode()).hexdigest()[:10]
@@ -190,7 +190,7 @@ def workdir_copy(target: Target, workdir: str) -> str:
 
 def _node_plan(
     spec: JobSpec,
-    target: Target,
+    target: NodeLayout,
     job_id: str,
     rank: int,
     job_dir: str,
@@ -289,15 +289,15 @@ def _node_plan(
                     steps=tuple(steps), on_failure=on_failure)  # fmt: skip
 
 
-def _agent(target: Target, node_dir: str, command: str, *args: str) -> tuple[str, ...]:
+def _agent(target: NodeLayout, node_dir: str, command: str, *args: str) -> tuple[str, ...]:
     return tuple(agent_argv(target.agent_python, node_dir, command, *args))
 
 
-def _workdir_steps(target: Target, sources: Sources, path: str) -> list[Step]:
+def _workdir_steps(target: NodeLayout, sources: Sources, path: str) -> list[Step]:
     """Locally, the workdir goes straight into the job's folder. On a remote host it updates
     that host's lasting copy (only changed files move), which is then copied on the host."""
     excludes = DEFAULT_EXCLUDES + sources.excludes
-    if target.provider == "local":
+    if target.on_this_machine:
         return [SyncDir(source=sources.workdir, path=path, excludes=excludes)]
     copy = workdir_copy(target, sources.workdir)
     return [
@@ -310,7 +310,7 @@ def _workdir_steps(target: Target, sources: Sources, path: str) -> list[Step]:
     ]
 
 
-def _env_setup(target: Target, image: ImageDefinition, requirements: str) -> RunCommand:
+def _env_setup(target: NodeLayout, image: ImageDefinition, requirements: str) -> RunCommand:
     """venv and pip write to stderr (`>&2`): streamed as they come, and a failure's last
     lines name its cause (venv's `ensurepip is not available` may come on stdout)."""
     env = shlex.quote(_env_dir(target, image))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from launcher.errors import UsageError
-from launcher.plan.model import RunCommand, Target, WriteFile
+from launcher.plan.model import NodeLayout, RunCommand, WriteFile
 
 LABEL = "gpujob.job"
 STACK_BYTES = 64 << 20  # NGC's recommended stack limit for PyTorch containers
@@ -25,7 +25,7 @@ def container_name(job_id: str, rank: int) -> str:
     return f"gpujob-{job_id}-node{rank}"
 
 
-def pull_step(target: Target) -> RunCommand:
+def pull_step(target: NodeLayout) -> RunCommand:
     """Once per host: pull the image unless the host has it, with the pull's progress shown
     (on stderr, which `apply` streams)."""
     image = _image(target)
@@ -47,7 +47,7 @@ def pull_step(target: Target) -> RunCommand:
 
 
 def run_argv(
-    target: Target,
+    target: NodeLayout,
     *,
     job_id: str,
     rank: int,
@@ -104,7 +104,7 @@ def env_file(path: str, secrets: dict[str, str]) -> WriteFile:
     return WriteFile(path=path, content=content, mode=0o600, secret=True)
 
 
-def _image(target: Target) -> str:
+def _image(target: NodeLayout) -> str:
     if not target.image_ref:
         raise UsageError(
             "the docker runtime needs an image reference",

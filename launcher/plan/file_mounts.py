@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from launcher.errors import UsageError
-from launcher.plan.model import CopyFile, RunCommand, Step, SyncDir, Target
+from launcher.plan.model import CopyFile, NodeLayout, RunCommand, Step, SyncDir
 from launcher.spec.job import JobSpec
 
 # $1 the shipped copy, $2 the destination (`~` expanded by the host's shell): a folder's
@@ -62,7 +62,7 @@ def mount_steps(
     return ships, places
 
 
-def container_volumes(spec: JobSpec, target: Target) -> list[str]:
+def container_volumes(spec: JobSpec, target: NodeLayout) -> list[str]:
     """`--volume` values: each destination outside the workdir, at the same path inside."""
     volumes = []
     for dst in sorted(spec.file_mounts):
@@ -81,12 +81,12 @@ def container_volumes(spec: JobSpec, target: Target) -> list[str]:
 
 
 def lasting_copies(
-    spec: JobSpec, target: Target, copy_of: Callable[[Target, str], str]
+    spec: JobSpec, target: NodeLayout, copy_of: Callable[[NodeLayout, str], str]
 ) -> dict[str, str]:
     """Remote hosts keep one copy per local folder (`copy_of(target, folder)`), so a second
     submit ships only what changed; files, and jobs on this machine, go through the job's
     own folder."""
-    if target.provider == "local":
+    if target.on_this_machine:
         return {}
     folders = [src for src in spec.file_mounts.values() if src.endswith("/")]
     return {src: copy_of(target, src.rstrip("/")) for src in folders}

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 
 from launcher.errors import UsageError
 from launcher.plan.merge_step import merge_step
-from launcher.plan.model import Target
+from launcher.plan.model import NodeLayout
 from launcher.plan.render import render_shell
 from launcher.plan.setup_barrier import barrier_argv
 from launcher.spec.job import CLASHING_ENV, JobSpec
@@ -34,7 +34,7 @@ class NodeContext:
     """One node of one job, as the launchers see it."""
 
     spec: JobSpec
-    target: Target
+    target: NodeLayout
     rank: int
     job_dir: str
     node_dir: str

@@ -68,7 +68,7 @@ Step = WriteFile | CopyFile | SyncDir | RunCommand
 
 
 @dataclass(frozen=True)
-class Target:
+class NodeLayout:
     """Where the nodes run, as far as planning needs to know."""
 
     provider: str
@@ -84,6 +84,8 @@ class Target:
     host_gpus: int = 0
     raise_memlock: bool = True  # False where the host cannot lift RLIMIT_MEMLOCK (no CAP)
     image_present: bool = False  # every host has the image (its facts said): no pull step
+    on_this_machine: bool = False
+    """The nodes are processes of this machine: files go straight into the job's folder."""
 
     @property
     def distinct_hosts(self) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from launcher.plan import docker
-from launcher.plan.model import JobLimits, Step, Target, WriteFile
+from launcher.plan.model import JobLimits, NodeLayout, Step, WriteFile
 from launcher.spec.job import JobSpec
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def job_limits(spec: JobSpec, sync: CheckpointSync | None) -> JobLimits | None:
     )
 
 
-def secrets_file(target: Target, node_dir: str, secrets: dict[str, str]) -> Step | None:
+def secrets_file(target: NodeLayout, node_dir: str, secrets: dict[str, str]) -> Step | None:
     """Mode 0600 from the first byte; the agent deletes it once the job has started. The
     bare runtime's agent reads JSON into the job's environment; Docker reads an env file."""
     if not secrets:
@@ -81,7 +81,7 @@ def secrets_file(target: Target, node_dir: str, secrets: dict[str, str]) -> Step
 
 def agent_config(
     spec: JobSpec,
-    target: Target,
+    target: NodeLayout,
     job_id: str,
     rank: int,
     secrets: dict[str, str],

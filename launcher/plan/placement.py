@@ -1,6 +1,6 @@
 """Where a job's nodes run, as pure decisions over hosts' facts: which host each node
 gets, which runtime (Docker where every host has it and the image has a name, else bare),
-which image name, and the Target a plan is built for. No I/O: `launcher.targets.placement`
+which image name, and the NodeLayout a plan is built for. No I/O: `launcher.targets.placement`
 contacts the hosts and calls these.
 """
 
@@ -10,7 +10,7 @@ import os
 from typing import Any, Literal
 
 from launcher.errors import UsageError
-from launcher.plan.model import HostFacts, Target
+from launcher.plan.model import HostFacts, NodeLayout
 
 RuntimeChoice = Literal["auto", "docker", "bare"]
 
@@ -53,7 +53,7 @@ def target_for(
     ref: str | None,
     runtime: RuntimeChoice,
     provider: str,
-) -> Target:
+) -> NodeLayout:
     head = facts[entries[0].name]
     use_docker = runtime == "docker" or (
         runtime == "auto" and ref is not None and all(f.docker for f in facts.values())
@@ -81,7 +81,7 @@ def target_for(
             "use the same login user on every host of a multi-node job",
         )
     python = "python3" if use_docker or image is not None else head.python
-    return Target(
+    return NodeLayout(
         provider=provider,
         runtime="docker" if use_docker else "bare",
         hosts=tuple(e.name for e in entries),

@@ -8,7 +8,7 @@ start; here it fails in seconds with nothing started.
 from __future__ import annotations
 
 from launcher.errors import UsageError
-from launcher.plan.model import ReachCheck, Target
+from launcher.plan.model import NodeLayout, ReachCheck
 from launcher.spec.job import JobSpec
 
 LOOPBACK = ("127.", "localhost", "::1")
@@ -52,7 +52,7 @@ sys.exit(f"cannot reach {address}:{port}: {error}")
 """
 
 
-def check_rendezvous(spec: JobSpec, target: Target) -> None:
+def check_rendezvous(spec: JobSpec, target: NodeLayout) -> None:
     if spec.nodes == 1 or target.one_machine:
         return
     head = target.addresses[0]
@@ -70,7 +70,7 @@ def rendezvous_port(spec: JobSpec) -> int:
     return spec.run.ray_port if spec.run.launcher_name == "ray" else spec.run.rdzv_port
 
 
-def reach_checks(spec: JobSpec, target: Target) -> tuple[ReachCheck, ...]:
+def reach_checks(spec: JobSpec, target: NodeLayout) -> tuple[ReachCheck, ...]:
     """One check where node 0 shares its host with no other node's: every other host dials
     (the same argv on each) while node 0's host listens for that many connections."""
     others = tuple(h for h in target.distinct_hosts if h != target.hosts[0])

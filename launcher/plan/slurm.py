@@ -21,7 +21,7 @@ from pathlib import PurePosixPath
 from launcher.agent import AGENT_FILE
 from launcher.errors import UsageError
 from launcher.plan.build import CheckpointSync, Sources, build_plan
-from launcher.plan.model import NodePlan, Plan, RunCommand, Step, Target, WriteFile
+from launcher.plan.model import NodeLayout, NodePlan, Plan, RunCommand, Step, WriteFile
 from launcher.plan.render import Word, render_shell
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
@@ -140,14 +140,14 @@ class SlurmPlan:
         return self.plan.nodes[0].job_dir
 
 
-def slurm_target(cluster: SlurmCluster, spec: JobSpec, python: str) -> Target:
+def slurm_target(cluster: SlurmCluster, spec: JobSpec, python: str) -> NodeLayout:
     """All nodes planned on the login host's filesystem (the shared one); each node's
     address is its placeholder until the allocation is known."""
     if not SAFE_PATH.fullmatch(cluster.shared):
         raise UsageError(f"{cluster.where}: shared: {cluster.shared!r} must be an absolute "
                          "path of letters, digits and `_./+-`")  # fmt: skip
     root = str(PurePosixPath(cluster.shared) / ".gpujob")
-    return Target(
+    return NodeLayout(
         provider="slurm",
         runtime="bare",
         hosts=(cluster.login,) * spec.nodes,

@@ -27,6 +27,8 @@ PROVIDER = "ssh"
 USER_AT = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<address>[^@\s:\[\]]+|\[[0-9a-fA-F:]+\])"
                      r"(?::(?P<port>\d{1,5}))?$")  # fmt: skip
 FIELDS = ("name", "address", "port", "user", "key")
+READ_ELSEWHERE = ("slurm",)
+"""hosts.yaml entry types another part reads (a cluster's login host: targets/slurm)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def parse_hosts(text: str, where: str) -> dict[str, HostEntry]:
         at = f"{where}: hosts[{index}]"
         if not isinstance(raw, dict):
             raise UsageError(f"{at}: expected a mapping", _HOSTS_HINT)
-        if raw.get("type") == "slurm":  # a cluster's login host: targets/slurm/cluster.py reads it
+        if raw.get("type") in READ_ELSEWHERE:
             continue
         entry = host_entry(raw, at)
         if entry.name in hosts:

@@ -8,14 +8,30 @@ The agent (`launcher/agent/agent.py`, shipped as `<job dir>/gpujob-agent.py`) an
 
 from __future__ import annotations
 
-import sys
+from typing import TypedDict
 
 from launcher.agent import AGENT_FILE, agent_argv, agent_path
 from launcher.agent.states import TERMINAL
 
-__all__ = ["AGENT_FILE", "TERMINAL", "agent_argv", "agent_path", "python_for"]
+__all__ = ["AGENT_FILE", "TERMINAL", "NodeStatus", "agent_argv", "agent_path"]
 
 
-def python_for(provider: str) -> str:
-    """The agent runs with this Python locally, with the host's python3 elsewhere."""
-    return sys.executable if provider == "local" else "python3"
+class NodeStatus(TypedDict, total=False):
+    """A node's status as its agent writes it (`status.json`, `agent.py status`), with what
+    the client lays over it (`last_line`; SLURM's `slurm` line; `reason` while queued).
+    Which Python runs the agent is the target's trait (`Traits.agent_python`)."""
+
+    state: str | None
+    exit_code: int | None
+    reason: str | None
+    last_line: str | None
+    started_at: float | None
+    ended_at: float | None
+    requested_at: float
+    stopped_reason: str | None
+    disk: dict[str, object] | None
+    gpu_idle: dict[str, object] | None
+    supervisor_pid: int | None
+    pid: int | None
+    container: str | None
+    slurm: str

@@ -55,14 +55,14 @@ def preflight(
     from launcher.storage.merge_guard import check_merge
 
     check_merge(loaded)
-    if target.provider == "local":
+    if target.on_this_machine:
         folder = env_dir(target, image)
         environment = ENVIRONMENT_GUESS if folder and not Path(folder).exists() else 0
         budget = disk_budget(loaded, target.job_root, environment)
         if loaded.spec.checkpoints.estimated_bytes is not None:
             report(budget.line())
         shm_check(loaded)
-    return checkpoint_sync(loaded, for_hosts=target.provider != "local")
+    return checkpoint_sync(loaded, for_hosts=not target.on_this_machine)
 
 
 def probe_sync_target(
@@ -92,11 +92,13 @@ def check_before_start(
     connections: dict[str, Any],
     report: Callable[[str], None],
     facts: dict[str, Any] | None = None,
+    *,
+    on_this_machine: bool,
 ) -> None:
     """Before any file reaches a host: the S3 probe (refused with the remote named) and, for
     a remote host, the disk budget measured there (`facts` may hold its free space already,
     read with the host's facts)."""
-    if plan.provider != "local":
+    if not on_this_machine:
         node = plan.nodes[0]  # node 0's host stands for the others: the same image and paths
         known = (facts or {}).get(node.host)
         _remote_host_checks(loaded, node, connections[node.host], environment, known, report)

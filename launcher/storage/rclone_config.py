@@ -35,6 +35,15 @@ def rclone_path(remote: Remote, prefix: str) -> str:
     return f"{rclone_name(remote)}:{remote.model.bucket}" + (f"/{tail}" if tail else "")
 
 
+AWS = "AWS"
+"""rclone's S3 provider name for Amazon itself; every other S3 is addressed by path."""
+
+
+def on_aws(model: Remote) -> bool:
+    """Amazon's S3 (virtual-hosted buckets), not another S3 service (path-style)."""
+    return bool(model.provider == AWS)
+
+
 def options(remote: Remote, creds: dict[str, str], for_hosts: bool = False) -> dict[str, str]:
     """`for_hosts`: rclone runs on a job's host, which may reach S3 at another address."""
     model = remote.model
@@ -48,7 +57,7 @@ def options(remote: Remote, creds: dict[str, str], for_hosts: bool = False) -> d
     endpoint = (model.host_endpoint or model.endpoint) if for_hosts else model.endpoint
     if endpoint:
         opts["endpoint"] = endpoint
-    if model.provider != "AWS":
+    if not on_aws(model):
         opts["force_path_style"] = "true"
     opts["no_check_bucket"] = "true"
     return opts

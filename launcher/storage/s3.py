@@ -12,6 +12,7 @@ from typing import Any
 
 from launcher.agent.ckpt_store import MARKER, step_of
 from launcher.errors import GpujobError
+from launcher.storage.rclone_config import on_aws
 from launcher.storage.remotes import Remote, RemotePath, credentials
 
 
@@ -38,7 +39,7 @@ def client(remote: Remote) -> Any:
         connect_timeout=5,
         read_timeout=20,
         retries={"max_attempts": 2},
-        s3={"addressing_style": "path" if model.provider != "AWS" else "auto"},
+        s3={"addressing_style": "auto" if on_aws(model) else "path"},
     )
     return session.client(
         "s3",

@@ -16,6 +16,7 @@ import json
 import secrets
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -73,23 +74,24 @@ def _on_host(name: str) -> Where:
     return Where(conn, "python3", f"{folder}/ckpt_sync.py", folder, True, ships)
 
 
-def _job_side(job: Any) -> tuple[Where, dict[str, Any]]:
+@dataclass(frozen=True)
+class JobSide:
+    """How to reach the host holding a job's node 0 folder, as its target says."""
+
+    conn: Connection
+    python: str
+    remote_host: bool
+
+
+def _job_side(job: Any, reach: Callable[[Any], JobSide]) -> tuple[Where, dict[str, Any]]:
     """The job's first node: it holds the checkpoints on its host, and ckpt_sync.py is
     already there beside the agent."""
     from launcher.storage.on_host import read_json
 
     node_dir = PurePosixPath(job.node_dirs[0])
     module = str(node_dir.parent / "ckpt_sync.py")
-    if job.provider == "local":
-        local = _local()
-        where = Where(local.conn, local.python, module, str(node_dir))
-    elif job.provider == "ssh":
-        from launcher.remote import hosts as ssh_hosts
-
-        conn = ssh_hosts.connect(ssh_hosts.HostEntry.from_record(job.hosts[0]))
-        where = Where(conn, "python3", module, str(node_dir), remote_host=True)
-    else:
-        raise UsageError(f"job {job.id} runs on {job.provider}, which sync-ckpt cannot reach yet")
+    side = reach(job)
+    where = Where(side.conn, side.python, module, str(node_dir), remote_host=side.remote_host)
     care = read_json(where.conn, str(node_dir / "job.json")).get("checkpoints") or {}
     if not care:
         raise UsageError(f"job {job.id} was submitted before checkpoint care existed")
@@ -105,7 +107,9 @@ def _remote_path(text: str, job_spec: str | None, flag: str) -> RemotePath:
     return parse_remote_path(text, all_remotes(spec_remotes), flag)
 
 
-def sync_ckpt(request: SyncRequest) -> int:
+def sync_ckpt(request: SyncRequest, reach: Callable[[Any], JobSide] | None = None) -> int:
+    """`reach`: a recorded job's side, for a push (`commands.sync_ckpt` asks the job's
+    target); a pull needs none."""
     if request.source and request.to:
         raise UsageError("give --to (push) or --from (pull), not both")
     if request.source:
@@ -123,7 +127,8 @@ def sync_ckpt(request: SyncRequest) -> int:
     job = JobsView().job(request.job)  # a lookup: creates no db
     if job is None:
         raise UsageError(f"no job `{request.job}`", "`gpujob status` lists the jobs")
-    where, care = _job_side(job)
+    assert reach is not None, "a push reaches the job's side"
+    where, care = _job_side(job, reach)
     target = request.to or care.get("sync_remote")
     if not target:
         where.conn.close()

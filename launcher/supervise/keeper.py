@@ -22,7 +22,6 @@ does not count). A job with `recovery:` has its controller instead; a SLURM job 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -31,11 +30,12 @@ from typing import Any
 
 from launcher.agent.states import TERMINAL
 from launcher.errors import GpujobError
-from launcher.jobs.records import close_all, job_connections
 from launcher.paths import state_dir
+from launcher.runtime.agent import NodeStatus
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
 from launcher.supervise.detached import spawn, try_lock
+from launcher.targets.base import Node, close_all, target_for
 
 FAILED = ("failed", "lost")
 """A node's end that fails the job (a cancel or a time limit is everyone's, not one node's)."""
@@ -53,7 +53,10 @@ MAX_BAD_POLLS = 20
 
 
 def needs_keeper(job: JobRecord) -> bool:
-    return len(job.node_dirs) > 1 and job.provider != "slurm" and job.state not in ENDED_WELL
+    from launcher.targets.base import target_for
+
+    return (len(job.node_dirs) > 1 and target_for(job).traits.stops_others_on_failure
+            and job.state not in ENDED_WELL)  # fmt: skip
 
 
 def others_to_stop(states: list[str | None]) -> list[int]:
@@ -108,14 +111,14 @@ class Nodes:
 
     def __init__(self, job: JobRecord) -> None:
         self.job = job
-        self.conns: list[Any] | None = None
+        self.nodes: list[Node] | None = None
         self.silent_since: list[float | None] = [None] * len(job.node_dirs)
 
-    def read(self) -> list[dict[str, Any] | None]:
-        if self.conns is None:
-            self.conns = job_connections(self.job)
+    def read(self) -> list[NodeStatus | None]:
+        if self.nodes is None:
+            self.nodes = target_for(self.job).nodes(self.job)
         now = time.monotonic()
-        statuses = [self._status(rank, d) for rank, d in enumerate(self.job.node_dirs)]
+        statuses = [node.status() for node in self.nodes]
         for rank, status in enumerate(statuses):
             self.silent_since[rank] = None if status is not None else (
                 self.silent_since[rank] or now)  # fmt: skip
@@ -125,29 +128,10 @@ class Nodes:
         since = self.silent_since[rank]
         return since is not None and time.monotonic() - since > GIVE_UP_S
 
-    def _status(self, rank: int, node_dir: str) -> dict[str, Any] | None:
-        if self.job.provider == "local":
-            from launcher.agent.agent import last_line, status_of
-
-            return dict(status_of(Path(node_dir)), last_line=last_line(Path(node_dir)))
-        from launcher.runtime.agent import agent_argv, python_for
-
-        assert self.conns is not None
-        try:
-            result = self.conns[rank].run(agent_argv(python_for(self.job.provider), node_dir,
-                                                     "status"))  # fmt: skip
-            return json.loads(result.stdout) if result.ok else None
-        except (GpujobError, OSError, ValueError):
-            return None
-
     def cancel(self, rank: int) -> None:
-        from launcher.runtime.agent import agent_argv, python_for
-
-        assert self.conns is not None
-        argv = agent_argv(python_for(self.job.provider), self.job.node_dirs[rank], "cancel",
-                          f"{CANCEL_GRACE_S:g}")  # fmt: skip
+        assert self.nodes is not None
         try:
-            result = self.conns[rank].run(argv)
+            result = self.nodes[rank].cancel(CANCEL_GRACE_S)
         except (GpujobError, OSError) as err:
             note(f"node {rank}: cancel failed ({err}); asking again later")
             return
@@ -156,8 +140,8 @@ class Nodes:
             note(f"node {rank}: cancel failed ({said}); asking again later")
 
     def close(self) -> None:
-        if self.conns:
-            close_all(self.conns)
+        if self.nodes:
+            close_all([node.connection for node in self.nodes])
 
 
 def keep(job_id: str) -> int:
@@ -232,7 +216,7 @@ def _record_end(db: StateDB, job: JobRecord, statuses: list[dict[str, Any]]) -> 
     records it; with no failure, the nodes' worst (status.py)."""
     cause = first_failed(statuses)
     if cause is None:
-        from launcher.commands.status import record_job_state
+        from launcher.jobs.state import record_job_state
 
         state, code, _ = record_job_state(db, job, statuses)
     else:

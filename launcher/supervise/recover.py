@@ -1,6 +1,7 @@
-"""Recovery's entry points: the refusals at submit, the controller started detached, and
-`gpujob recover JOB`, which starts it again when it is not running (after a reboot, or a
-kill) and lets it adopt the job where it is.
+"""Recovery's entry points: the controller started detached once the job runs, started
+again when it is not running (`gpujob recover JOB`, `logs -f`: after a reboot, or a kill)
+to adopt the job where it is, and `status`'s view of it. The refusals at submit are
+`jobs.launch.policy_for`; a cancel while recovering is `jobs.cancel.cancel_recovering`.
 
 The controller is a process of this machine in a session of its own (`setsid`), its output
 in `<state>/recovery/JOB.log`: closing the terminal does not end it. One controller per job
@@ -18,12 +19,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import UsageError
 from launcher.paths import state_dir
 from launcher.plan.recovery import Policy
 from launcher.say import say
-from launcher.state.recovery import RECOVERING, STOPPED, RecoveryDB
+from launcher.state.recovery import RecoveryDB
 from launcher.supervise.detached import spawn, try_lock
+from launcher.targets.base import LaunchRequest
 
 REQUEST_FIELDS = ("sets", "up", "provider", "runtime", "allow_cpu", "disk", "max_price",
                   "max_cost", "autostop_key_on_host")  # fmt: skip
@@ -32,36 +33,10 @@ START_WAIT_S = 20.0
 """How long a start waits for the new controller to hold its lock (Python and imports)."""
 
 
-def policy_for(options: Any, loaded: Any) -> Policy | None:
-    """The job's recovery (`recovery:`, or `--recover` with its defaults), refused before
-    anything is rented where it cannot work; None without recovery."""
-    from launcher.spec.recovery import RecoverySpec
-
-    spec = loaded.spec
-    recovery = spec.recovery or (RecoverySpec() if options.recover else None)
-    if recovery is None:
-        return None
-    where = loaded.where("recovery") if spec.recovery else "--recover"
-    if not spec.checkpoints.sync_to:
-        raise UsageError(f"{where}: recovery needs checkpoints.sync_to: a job restarted on a "
-                         "fresh host resumes from the checkpoints in S3",
-                         "add checkpoints: {sync_to: REMOTE:prefix}")  # fmt: skip
-    if not options.up:
-        raise UsageError(f"{where}: recovery restarts the job on hosts gpujob rents, and "
-                         "these are not rented",
-                         "submit it with --up GPU, or leave recovery out")  # fmt: skip
-    unreachable = os.environ.get("GPUJOB_RECOVER_UNREACHABLE_S")
-    return Policy(
-        max_restarts=recovery.max_restarts, on=tuple(recovery.on_events),
-        unreachable_after_s=float(unreachable) if unreachable else recovery.unreachable_after,
-        rent_tries=int(os.environ.get("GPUJOB_RECOVER_RENT_TRIES", "3")),
-    )  # fmt: skip
-
-
-def watch_over(job_id: str, options: Any, policy: Policy) -> None:
+def watch_over(job_id: str, launched: LaunchRequest, policy: Policy) -> None:
     """The job has started: record what to rent again and start its controller."""
-    request = {name: getattr(options, name) for name in REQUEST_FIELDS}
-    request.update(spec_path=str(Path(options.spec_path).resolve()), sets=list(options.sets),
+    request = {name: getattr(launched, name) for name in REQUEST_FIELDS}
+    request.update(spec_path=str(Path(launched.spec_path).resolve()), sets=list(launched.sets),
                    policy=asdict(policy))  # fmt: skip
     RecoveryDB().add(job_id, request, policy.max_restarts)
     pid = start_controller(job_id)
@@ -107,34 +82,6 @@ def start_controller(job_id: str) -> int:
     return child.pid
 
 
-def recover(reference: str, foreground: bool = False) -> int:
-    """`gpujob recover JOB`: its controller, started unless one runs; it adopts the job as
-    it finds it (a running job goes on running)."""
-    from launcher.jobs.records import job_or_fail
-    from launcher.state.db import StateDB
-
-    job = job_or_fail(StateDB(), reference)
-    record = RecoveryDB().get(job.id)
-    if record is None:
-        raise UsageError(f"job {job.id} has no recovery",
-                         "submit it with --up and --recover, or a `recovery:` block")  # fmt: skip
-    if foreground:
-        from launcher.supervise.recover_loop import run_controller
-
-        return run_controller(job.id)
-    if record.over:
-        say(f"job {job.id}: recovery is over ({record.phase}): {record.line or ''}".rstrip(": "))
-        return 0
-    pid = controller_pid(job.id)
-    if pid is not None:
-        say(f"job {job.id}: controller pid {pid} follows it already; its log: {log_path(job.id)}")
-        return 0
-    pid = start_controller(job.id)
-    say(f"job {job.id}: controller pid {pid} started; it adopts the job where it is; "
-        f"its log: {log_path(job.id)}")  # fmt: skip
-    return 0
-
-
 def ensure_controller(job_id: str) -> None:
     """`logs -f` of a job with recovery: its controller runs (started again after a reboot)."""
     record = RecoveryDB().get(job_id)
@@ -153,20 +100,3 @@ def status_note(job_id: str) -> dict[str, Any] | None:
     return {"phase": record.phase, "restarts": record.restarts,
             "max_restarts": record.max_restarts, "controller_pid": pid,
             "line": record.line or ""}  # fmt: skip
-
-
-def cancel_recovering(job_id: str) -> bool:
-    """`gpujob cancel` of a job whose hosts are being replaced: there is no agent to ask, so
-    the cancel is recorded, and the controller makes no restart (what it has rented for one
-    is terminated). False when the job is not being recovered (the agents are asked)."""
-    from launcher.state.db import StateDB
-
-    rdb = RecoveryDB()
-    record = rdb.get(job_id)
-    if record is None or record.phase != RECOVERING:
-        return False
-    rdb.update(job_id, phase=STOPPED)
-    rdb.say(job_id, record.restarts, f"job {job_id} cancelled while it was recovered; no restart")
-    StateDB().update_job(job_id, "cancelled")
-    say(f"job {job_id} cancelled: it was being recovered; its controller makes no restart")
-    return True

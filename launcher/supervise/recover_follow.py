@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from launcher.errors import GpujobError
+from launcher.remote.base import Connection
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
 from launcher.state.recovery import RECOVERING, RecoveryDB
@@ -30,9 +32,10 @@ def under_recovery(job_id: str) -> bool:
 def follow_attempts(
     job: JobRecord,
     node: int | None = None,
-    connections: list[Any] | None = None,
+    opened: Mapping[str, Connection] | None = None,
     first_reads: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
 ) -> int:
+    """`opened`: connections by host name submit already has (its first attempt's)."""
     from launcher.supervise.recover import ensure_controller
 
     db, rdb = StateDB(), RecoveryDB()
@@ -50,13 +53,13 @@ def follow_attempts(
         if record.phase != RECOVERING and current.state != "recovering":
             attempt = record.restarts
             try:
-                _follow_attempt(db, current, node, connections, first_reads)
+                _follow_attempt(db, current, node, opened, first_reads)
             except KeyboardInterrupt:
                 say(f"stopped following; the job and its recovery controller go on "
                     f"(gpujob logs {job.id} -f)")  # fmt: skip
                 return 130
             finally:
-                connections, first_reads = None, None
+                opened, first_reads = None, None
             shown = _wait_for_word(rdb, job.id, attempt, shown)
         else:
             shown = _wait_for_word(rdb, job.id, None, shown)
@@ -93,17 +96,17 @@ def _follow_attempt(
     db: StateDB,
     job: JobRecord,
     node: int | None,
-    connections: list[Any] | None,
+    opened: Mapping[str, Connection] | None,
     first: dict[int, tuple[bytes, dict[str, Any]]] | None,
 ) -> None:
     """This attempt's logs, from where the last follow of it stopped, until every node has
     ended or a host stops answering."""
-    from launcher.jobs.records import close_all, job_connections
     from launcher.runtime.logs import NodeStream, Output, follow_logs, stop_on_signals
+    from launcher.targets.base import close_all, target_for
 
     rdb, attempt = RecoveryDB(), _attempt(job.id)
     try:
-        conns = connections or job_connections(job)
+        conns = [n.connection for n in target_for(job).nodes(job, opened)]
     except (GpujobError, OSError, EOFError) as error:
         if not _superseded(rdb, job.id, attempt):
             say(f"job {job.id}: {_one_line(error)}; waiting for its recovery controller's word")
@@ -145,7 +148,7 @@ def _follow_attempt(
         say(f"job {job.id}: a host stopped answering ({error!r}); waiting for its recovery "
             "controller's word")  # fmt: skip
     finally:
-        if connections is None:
+        if opened is None:
             close_all(conns)
 
 

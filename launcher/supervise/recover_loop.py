@@ -3,8 +3,8 @@ a host is lost (`gpujob recover JOB --foreground`, run detached by supervise/rec
 
 Each poll asks `plan.recovery.decide` what the job's hosts call for. A recovery terminates
 what is left of the job's hosts, finds the latest complete checkpoint in S3, and runs
-`submit --up`'s own steps again for the same job id (rent all nodes, all or nothing;
-bootstrap; the checkpoint pulled onto the new head, verified; start with
+`submit --up`'s own launch again (`jobs.launch`) for the same job id (rent all nodes, all
+or nothing; bootstrap; the checkpoint pulled onto the new head, verified; start with
 GPUJOB_RESUME_FROM naming it). Renting again is retried a bounded number of times.
 
 Money: every host is rented inside `submit --up`'s rent, so an error, a refusal or a signal
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import GpujobError
 from launcher.plan.recovery import Finished, Policy, Recover, Stop, Unreachable, Watch, decide
@@ -27,6 +27,9 @@ from launcher.plan.recovery import rent_delay_s as next_delay
 from launcher.say import say
 from launcher.state.db import StateDB
 from launcher.state.recovery import FINISHED, RECOVERING, STOPPED, WATCHING, RecoveryDB
+
+if TYPE_CHECKING:
+    from launcher.supervise.recover_steps import Checkpoint
 
 
 def poll_s() -> float:
@@ -189,7 +192,7 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
 
 
 def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
-    """`gpujob cancel` while the job was being recovered (ops.recover.cancel_recovering):
+    """`gpujob cancel` while the job was being recovered (supervise.recover.cancel_recovering):
     no restart; whatever this attempt started is terminated."""
     from launcher.supervise.recover_steps import terminate_hosts
 
@@ -206,20 +209,27 @@ def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
     return True
 
 
-def _start_again(job_id: str, request: dict[str, Any], restart: int, checkpoint: Any) -> None:
-    """`submit --up`'s own steps for the same job id: what this try rents is terminated on
-    any way out before the job has started (ops.rent)."""
-    from launcher.commands.submit import SubmitOptions, submit
+def _start_again(
+    job_id: str, request: dict[str, Any], restart: int, checkpoint: Checkpoint | None
+) -> None:
+    """`submit --up`'s own launch for the same job id, in a rent of its own: what this try
+    rents is terminated on any way out before the job has started (targets.cloud.rent)."""
+    from launcher.jobs.launch import launch
     from launcher.supervise.recover_steps import pull_onto_head
+    from launcher.targets.base import LaunchRequest, target_for_request
+    from launcher.targets.cloud.rent import renting
 
     fields = {k: v for k, v in request.items() if k not in ("spec_path", "sets", "policy")}
-    options = SubmitOptions(
+    again = LaunchRequest(
         spec_path=request["spec_path"], sets=tuple(request["sets"]), job_id=job_id,
         detach=True, attempt=restart, recover=True,
-        resume_from=checkpoint.name if checkpoint else None,
-        before_start=pull_onto_head(checkpoint) if checkpoint else None, **fields,
+        resume_from=checkpoint.name if checkpoint else None, **fields,
     )  # fmt: skip
-    submit(options)  # its rent's own signal handlers hold while it rents (ops.interrupts)
+    with renting("submit --up") as rent:  # its signal handlers hold while it rents
+        before_start = pull_onto_head(checkpoint) if checkpoint else None
+        started = launch(again, target_for_request(again, rent), before_start)
+        if started is not None:
+            started.close()
 
 
 def _restarts(rdb: RecoveryDB, job_id: str) -> int:

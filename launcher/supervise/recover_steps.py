@@ -8,44 +8,26 @@ id gpujob recorded when it rented them.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clouds.base import Instance
 from launcher.errors import GpujobError
 from launcher.plan.recovery import NodeSeen, Unreachable
+from launcher.remote.base import Connection
+from launcher.runtime.agent import NodeStatus
 from launcher.say import say
 from launcher.state.db import JobRecord
+from launcher.targets.base import BeforeStart, Node, close_all, target_for
+from launcher.targets.cloud.target import CloudTarget, job_hosts
+
+if TYPE_CHECKING:
+    from launcher.plan.model import Plan
 
 PULL_TRIES = 3
 AGENTS_END_S = 120.0
 """How long a finished job's agents get to ship its last checkpoint and log."""
-
-
-@dataclass(frozen=True)
-class JobHost:
-    """One node's host as the job's record names it."""
-
-    rank: int
-    name: str
-    instance_id: str | None
-    address: str
-    port: int | None
-    user: str | None
-
-
-def job_hosts(job: JobRecord) -> list[JobHost]:
-    from launcher.remote.hosts import HostEntry
-
-    hosts = []
-    for rank, record in enumerate(job.hosts):
-        entry = HostEntry.from_record(record)
-        instance = entry.instance.split(":", 1)[1] if entry.instance else None
-        hosts.append(JobHost(rank, entry.name, instance, entry.address, entry.port, entry.user))
-    return hosts
 
 
 def verdict_of(inst: Instance) -> tuple[str | None, str]:
@@ -61,12 +43,11 @@ def observe(job: JobRecord, unreachable: Unreachable, now: float) -> list[NodeSe
     """Every node at one poll: the cloud's verdict on its host, then (unless the cloud says
     it is gone) its agent's status over SSH."""
     from launcher.clouds.registry import get_provider
-    from launcher.jobs.records import close_all
-    from launcher.runtime.agent import agent_argv, python_for
 
     provider = get_provider(job.provider)
+    target = CloudTarget(job.provider)
     seen = []
-    conns: list[Any] = []
+    conns: list[Connection] = []
     try:
         for host, node_dir in zip(job_hosts(job), job.node_dirs, strict=True):
             verdict, reason = None, ""
@@ -76,9 +57,9 @@ def observe(job: JobRecord, unreachable: Unreachable, now: float) -> list[NodeSe
                 except GpujobError as error:  # the cloud's API failing is not a lost host
                     say(f"node {host.rank}: could not ask {provider.name} about {host.name}: "
                         f"{error.one_line()}")  # fmt: skip
-            status: dict[str, Any] | None = None
+            status: NodeStatus | None = None
             if verdict is None:
-                status = _agent_status(job, host.rank, node_dir, conns, agent_argv, python_for)
+                status = _agent_status(target, job, host.rank, node_dir, conns)
             since = unreachable.seen(host.rank, status is not None, now)
             seen.append(NodeSeen(
                 rank=host.rank, host=host.name, state=(status or {}).get("state"),
@@ -91,53 +72,22 @@ def observe(job: JobRecord, unreachable: Unreachable, now: float) -> list[NodeSe
     return seen
 
 
-def _agent_status(job: JobRecord, rank: int, node_dir: str, conns: list[Any], agent_argv: Any,
-                  python_for: Any) -> dict[str, Any] | None:  # fmt: skip
-    """The node's agent status, or None while its host does not answer."""
-    from launcher.remote.hosts import HostEntry, connect
-
+def _agent_status(target: CloudTarget, job: JobRecord, rank: int, node_dir: str,
+                  conns: list[Connection]) -> NodeStatus | None:  # fmt: skip
+    """The node's agent status, or None while its host does not answer (a connection of
+    its own: a host that went does not hold up the others)."""
     try:
-        conn = connect(HostEntry.from_record(job.hosts[rank]))
-        conns.append(conn)
-        result = conn.run(agent_argv(python_for(job.provider), node_dir, "status"))
-        return json.loads(result.stdout) if result.ok else None
-    except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a first contact cut off
+        _, conn = target.connection(job.hosts[rank], {})
+    except (GpujobError, OSError, EOFError):  # EOFError: a first contact cut off
         return None
+    conns.append(conn)
+    return Node(rank, node_dir, conn, target.traits.agent_python).status()
 
 
 def terminate_hosts(job: JobRecord, why: str) -> list[str]:
     """Terminate every host of the job that its cloud still runs; lines for what could not
     be (the user's `gpujob down` then)."""
-    from launcher.clouds.registry import get_provider
-    from launcher.state.hosts import HostsDB
-    from launcher.targets.cloud.hosts import end_connection
-
-    provider = get_provider(job.provider)
-    db, failures = HostsDB(), []
-    for host in job_hosts(job):
-        if host.instance_id is None:
-            continue
-        try:
-            try:
-                gone = provider.describe(host.instance_id).status in ("terminated", "terminating")
-            except GpujobError:  # the cloud's API failing: terminate it all the same
-                gone = False
-            if not gone:
-                provider.terminate(host.instance_id)
-                say(f"terminated {host.name} ({provider.name} {host.instance_id}): {why}")
-        except GpujobError as error:
-            failures.append(f"could not terminate {host.name} ({host.instance_id}): "
-                            f"{error.one_line()}; run `gpujob down {host.name}`")  # fmt: skip
-            continue
-        if db.host(host.name) is not None:
-            db.update(host.name, status="terminated")
-        with contextlib.suppress(OSError):  # its SSH master ends now, not at its keepalive
-            end_connection(Instance(provider.name, host.instance_id, host.name, "terminated",
-                                    ip=host.address, ssh_port=host.port,
-                                    ssh_user=host.user or "root"))  # fmt: skip
-    for line in failures:
-        say(line)
-    return failures
+    return target_for(job).release(job, why)
 
 
 @dataclass(frozen=True)
@@ -170,15 +120,15 @@ def latest_checkpoint(request: dict[str, Any]) -> Checkpoint | None:
     return Checkpoint(name, step, target)
 
 
-def pull_onto_head(checkpoint: Checkpoint) -> Any:
+def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
     """The step between placement and start of a restart: the checkpoint pulled from S3
     into the job's checkpoint folder on node 0's host, verified against its marker."""
 
-    def before_start(plan: Any, placed: Any) -> None:
+    def before_start(plan: Plan, records: list[str]) -> None:
         from launcher.remote.hosts import HostEntry
         from launcher.storage.sync import SyncRequest, sync_ckpt
 
-        head = HostEntry.from_record(placed.records[0]).name
+        head = HostEntry.from_record(records[0]).name
         started = time.monotonic()
         request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
                               step=checkpoint.step, on=head)  # fmt: skip
@@ -200,23 +150,20 @@ def pull_onto_head(checkpoint: Checkpoint) -> Any:
 def wait_for_agents(job: JobRecord, deadline_s: float = AGENTS_END_S) -> None:
     """A job that ended: its agents ship the last checkpoint and the log before they exit;
     the hosts go only once they have (or after the bound)."""
-    from launcher.jobs.records import close_all, job_connections
-    from launcher.runtime.agent import agent_argv, python_for
-
     try:
-        conns = job_connections(job)
+        nodes = target_for(job).nodes(job)
     except (GpujobError, OSError, EOFError):
         return
     deadline = time.monotonic() + deadline_s
     try:
-        for conn, node_dir in zip(conns, job.node_dirs, strict=True):
+        for node in nodes:
             while time.monotonic() < deadline:
-                result = conn.run(agent_argv(python_for(job.provider), node_dir, "status"))
-                pid = json.loads(result.stdout).get("supervisor_pid") if result.ok else None
-                if not pid or not conn.run(["kill", "-0", str(int(pid))]).ok:
+                status = node.status()
+                pid = (status or {}).get("supervisor_pid")
+                if not pid or not node.connection.run(["kill", "-0", str(int(pid))]).ok:
                     break
                 time.sleep(0.5)
     except (GpujobError, ValueError, OSError, EOFError):
         return
     finally:
-        close_all(conns)
+        close_all([node.connection for node in nodes])

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import UsageError
-from launcher.plan.model import HOME_SHOWN, UNKNOWN_HOME, HostFacts, Target
+from launcher.plan.model import HOME_SHOWN, UNKNOWN_HOME, HostFacts, NodeLayout
 from launcher.plan.placement import RuntimeChoice, image_reference, target_for
 from launcher.remote.facts import host_facts
 
 
 @dataclass
 class Placement:
-    target: Target
+    target: NodeLayout
     connections: dict[str, Any]
     records: list[str]
     note: str | None = None

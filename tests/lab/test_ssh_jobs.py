@@ -338,7 +338,7 @@ def test_down_first_cancels_the_jobs_still_running_on_its_hosts(
     """`down`'s step before it terminates anything (its provider half is tested against the
     cloud fakes): a job on the host is ended by its agent, so the end is recorded (and, with
     a sync target, the log and last checkpoints shipped) before the host goes."""
-    from launcher.commands.status import stop_jobs_on
+    from launcher.jobs.cancel import stop_jobs_on
 
     spec = write_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
     started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "doomed")

@@ -12,7 +12,7 @@ from typing import Any
 
 from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
 from launcher.plan.build import Sources, build_plan
-from launcher.plan.model import NodePlan, Plan, RunCommand, Target, WriteFile
+from launcher.plan.model import NodeLayout, NodePlan, Plan, RunCommand, WriteFile
 from launcher.spec.image import ImageDefinition, load_image_definition
 from launcher.spec.job import JobSpec
 
@@ -40,9 +40,9 @@ def target(
     job_root: str = "/jobs",
     python: str = "/usr/bin/python3",
     gpus_per_node: int = 0,
-) -> Target:
+) -> NodeLayout:
     """One machine (loopback) unless `hosts`/`addresses` say otherwise."""
-    return Target(
+    return NodeLayout(
         provider="test",
         runtime="bare",
         hosts=hosts or ("local",) * nodes,
@@ -57,7 +57,7 @@ def target(
 
 def plan_of(
     spec: JobSpec,
-    where: Target | None = None,
+    where: NodeLayout | None = None,
     *,
     secrets: dict[str, str] | None = None,
     image: ImageDefinition | None = None,
@@ -110,8 +110,8 @@ json.dump({{"argv": sys.argv[1:], "env": dict(os.environ)}}, sys.stdout)
 """
 
 
-def reporting_target(folder: Path, nodes: int = 1, **fields: Any) -> Target:
-    """A Target under `folder` whose `python` is a stand-in that prints the argv and the
+def reporting_target(folder: Path, nodes: int = 1, **fields: Any) -> NodeLayout:
+    """A NodeLayout under `folder` whose `python` is a stand-in that prints the argv and the
     environment it was given as JSON (the run script `exec`s it in place of torchrun)."""
     python = folder / "python"
     python.write_text(REPORTER)

@@ -186,8 +186,9 @@ def test_status_warns_about_a_host_past_the_budget_it_was_rented_under(
     banner_lambda: RunningFake, gpujob: Callable, state_dir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
+    from launcher.commands.up import up
     from launcher.state.hosts import HostsDB
-    from launcher.targets.cloud.hosts import UpOptions, up
+    from launcher.targets.cloud.hosts import UpOptions
 
     assert up(UpOptions(gpu="a100", count=2, yes=True, bootstrap=False)) == 0
     capsys.readouterr()

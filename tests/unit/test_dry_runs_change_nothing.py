@@ -256,9 +256,11 @@ def test_down_dry_run_changes_no_row_and_says_what_it_would_reconcile_and_cancel
     lines = down.stdout.splitlines()
     assert lines[0] == (f"would ask job train-1's agents (on {name}) for its state and, if it "
                         "still runs, cancel it first:")  # fmt: skip
-    from launcher.commands.status import cancel_commands
+    from launcher.targets.base import target_for
 
-    (argv,) = cancel_commands(StateDB().job("train-1"), 30.0)  # type: ignore[arg-type]
+    job = StateDB().job("train-1")
+    assert job is not None
+    (argv,) = [node.cancel_argv(30.0) for node in target_for(job).nodes(job)]
     assert lines[1] == f"  node 0 on {name}: {shlex.join(argv)}"
     assert argv == ["python3", "/home/ubuntu/.gpujob/jobs/train-1/gpujob-agent.py", "cancel",
                     node_dir, "30"]  # fmt: skip
@@ -296,7 +298,7 @@ def test_cancel_dry_run_prints_the_argv_cancel_runs_and_changes_nothing(
     assert dry.exit_code == 0, dry.stderr
     assert snapshot(state_dir) == before
     host = Host("local")
-    monkeypatch.setattr("launcher.commands.status.job_connections", lambda _job: [host])
+    monkeypatch.setattr("launcher.targets.local.local_connections", lambda: {"local": host})
     real = gpujob("cancel", "j1")
     assert real.exit_code == 0, real.stderr
     assert dry.stdout == "".join(f"node 0 on local: {shlex.join(argv)}\n" for argv in host.ran)

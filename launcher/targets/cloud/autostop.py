@@ -143,11 +143,10 @@ def setup_for(provider: Provider, inst: Instance, options: UpOptions) -> Autosto
     if options.autostop_s is None:
         return None
     from launcher.bootstrap.autostop import AutostopSetup
-    from launcher.targets.cloud.rent import renting_command
 
     call = provider.autostop_call(inst.id, down=not options.autostop_stop)
     return AutostopSetup(options.autostop_s, call, hold_s=options.timeout + HOLD_MARGIN_S,
-                         held_by=f"gpujob {renting_command()}")  # fmt: skip
+                         held_by=f"gpujob {options.renting}")  # fmt: skip
 
 
 def release_holds(hosts: list[Instance], say: Callable[[str], None]) -> None:

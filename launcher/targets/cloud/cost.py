@@ -72,8 +72,8 @@ def rental_bound(
 ) -> Bound | None:
     """The longest a rental can bill: its start (the wait for the hosts, after which the
     command ends them, and, should gpujob die before it hands them over, the hold that keeps
-    autostop off until then: ops.autostop.start_bound_s), the job's `max_duration`, then the
-    autostop window, which alone ends hosts that outlive the command; None without it."""
+    autostop off until then: targets.cloud.autostop.start_bound_s), the job's `max_duration`,
+    then the autostop window, which alone ends hosts that outlive the command; None without it."""
     if not autostop_s:
         return None
     parts = [(name, float(seconds)) for name, seconds in

@@ -1,8 +1,9 @@
-"""`gpujob up`: rent GPU hosts, wait until SSH answers, make them ready (`down` is down.py).
+"""Renting GPU hosts (`gpujob up`, `submit --up`): the offers within the budget, the launch,
+SSH, the bootstrap (the `up` command is commands/up.py; `down` commands/down.py).
 
 `up` records each host before its launch call, so nothing it starts can be forgotten: a
-failed or interrupted `up` (Ctrl-C, SIGTERM, SIGHUP: ops.rent) terminates what it made, and
-one killed outright leaves a row that the next `up` or `down --all` reconciles with the
+failed or interrupted `up` (Ctrl-C, SIGTERM, SIGHUP: targets.cloud.rent) terminates what it
+made, and one killed outright leaves a row that the next `up` or `down --all` reconciles with the
 cloud's tagged instances. Messages go to stderr, tables
 to stdout. rich is imported inside the functions that draw.
 """
@@ -33,14 +34,13 @@ from launcher.clouds.base import (
     no_offers,
     parse_gpu_request,
 )
-from launcher.errors import ExitCode, UsageError
+from launcher.errors import UsageError
 from launcher.remote.keys import public_key
 from launcher.state.hosts import HostsDB
 from launcher.state.readonly import HostsView
 from launcher.targets.cloud.interrupts import cleaning
 from launcher.targets.cloud.reconcile import Reconciliation, reconcile, record
-from launcher.targets.cloud.rent import Rent, renting, settle
-from launcher.targets.cloud.rent import current as current_rent
+from launcher.targets.cloud.rent import Rent, settle
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,13 @@ class UpOptions:
     autostop_stop: bool = False
     """Autostop stops the host where the cloud can (`--autostop-stop`, `down: false`)."""
     autostop_key_on_host: bool = False
-    """The user's opt-in to their Lambda key in a 0600 file on the host (ops.autostop)."""
+    """The user's opt-in to their Lambda key in a 0600 file on the host (targets.cloud.autostop)."""
     spot: bool = False
     """Interruptible hosts at a bid (`up --spot`, a spec's resources.use_spot): Vast only."""
+    renting: str = "up"
+    """The command renting (`up`, `submit --up`), as the autostop holds name it."""
+    instance_image: str | None = None
+    """What the instance is made of, on a cloud whose host is the job's image (Vast)."""
 
 
 def say(text: str) -> None:
@@ -102,49 +106,19 @@ def bid_words(offer: Offer) -> str:
     return f" (interruptible: bid ${offer.bid:.3f}/h; outbid, the host is stopped)"
 
 
-def up(options: UpOptions) -> int:
-    """An error, Ctrl-C, SIGTERM or SIGHUP before the hosts are printed terminates them
-    (ops.rent); the command then exits 1, or 128 + the signal's number."""
-    with renting("up") as rent:
-        return _up(options, rent)
-
-
-def _up(options: UpOptions, rent: Rent) -> int:
-    if options.image and not options.dry_run:  # before the first cloud call
-        from launcher.targets.cloud.before_rent import check_registry
-
-        check_registry(options.image, say)
-    provider, request, offers, db, share = _offers(options)
-    if options.dry_run:
-        say(
-            f"dry run: would launch {options.count} x {offers[0].instance_type} in "
-            f"{offers[0].region} at ${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}; "
-            "nothing started"
-        )
-        return ExitCode.OK
-    if not options.yes:
-        click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
-                      f"${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}?",
-                      abort=True, err=True)  # fmt: skip
-    made = _launch_all(provider, request, options, public_key(), db, rent, share)
-    for inst in made:
-        click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
-                   f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip
-    rent.keep()
-    return ExitCode.OK
-
-
-def launch_hosts(options: UpOptions) -> list[Instance]:
-    """`up` for `submit --up`, inside its `rent.renting()`: the offers are shown, nothing is
-    asked (the submit is the request) and the running hosts are returned, still the rent's
-    until the job starts; a dry run launches none."""
-    provider, request, _, db, share = _offers(options)
+def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
+    """`up` for `submit --up`, inside its `rent.renting()` (`rent`): the offers are shown,
+    nothing is asked (the submit is the request) and the running hosts are returned, still
+    the rent's until the job starts; a dry run launches none (and has no rent)."""
+    provider, request, _, db, share = offers_for(options)
     if options.dry_run:
         return []
-    return _launch_all(provider, request, options, public_key(), db, current_rent(), share)
+    if rent is None:
+        raise RuntimeError("launching hosts outside rent.renting(): nothing would undo them")
+    return launch_all(provider, request, options, public_key(), db, rent, share)
 
 
-def _offers(
+def offers_for(
     options: UpOptions,
 ) -> tuple[Provider, GpuRequest, list[Offer], HostsDB, float | None]:
     """The offers, cheapest first, once the budget allows the cheapest; the request comes
@@ -191,7 +165,7 @@ def _offers(
     return provider, request, offers, db, cost.share
 
 
-def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
+def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
                 db: HostsDB, rent: Rent, share: float | None = None) -> list[Instance]:  # fmt: skip
     """Launch `count` hosts, one purchase at a time (Vast: search again after each; Lambda:
     one launch per 12 s), and wait for them together. All or nothing: at the first failure
@@ -231,7 +205,7 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
 
         def buy() -> Instance:
             show(f"{name}: launching on {provider.name}", task)
-            return launch_cheapest(provider, request, name, key)
+            return launch_cheapest(provider, request, name, key, options.instance_image)
 
         if share is not None:
             db.set_budget(name, share)
@@ -249,7 +223,7 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
 
             record(db, provider, inst, options)  # its watcher runs: `status` shows it
             if options.autostop_s is not None:
-                rent.hold(name)  # held until the hand-over (ops.rent)
+                rent.hold(name)  # held until the hand-over (targets.cloud.rent)
         rent.update(name, inst, "running")
         show(f"{name}: ready at {inst.ip}:{inst.ssh_port}", task)
         return inst
@@ -265,7 +239,7 @@ def _launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key
             raise failed
         return [f.result() for f in futures]
     except BaseException as error:
-        # Ctrl-C, SIGTERM and SIGHUP land here too, in the main thread (ops.interrupts). A
+        # Ctrl-C, SIGTERM and SIGHUP land here too, in the main thread (targets.cloud.interrupts). A
         # launch in flight is waited for, so that what it makes is terminated too; a worker
         # further on stops at its next wait, or when its terminated host's connection ends.
         with cleaning():
@@ -301,49 +275,6 @@ def bootstrap_instance(provider: Provider, inst: Instance, options: UpOptions,
         return bootstrap(conn, inst.name, profile, report)
     finally:
         conn.close()
-
-
-def up_static(host: str, options: UpOptions, as_json: bool = False) -> int:
-    """`gpujob up --host NAME|user@addr[:port]`: a machine the user already has; nothing is
-    rented, the host is only made ready (and checked again on every call)."""
-    from launcher.clouds.registry import runtime_of
-    from launcher.remote.hosts import connect, resolve_host
-    from launcher.targets.cloud.autostop import refuse_on_static_host
-
-    refuse_on_static_host(options)
-    if options.spot:
-        raise UsageError("--spot is for hosts gpujob rents; --host names a machine you have, "
-                         "which no cloud can take back",
-                         "leave out --spot: it applies to a host `gpujob up GPU --provider "
-                         "vast` rents")  # fmt: skip
-    entry = resolve_host(host)
-    rented = HostsView().host(entry.name)  # a lookup: never creates the db
-    profile = host_profile(runtime_of(rented.provider) if rented else "docker", options)
-    if options.dry_run:
-        from launcher.bootstrap.steps import STEPS
-
-        say(f"dry run: would check {entry.name} ({entry.user or 'you'}@{entry.address}:"
-            f"{entry.port or 22}) and fix what is missing: "
-            f"{', '.join(step.__name__ for step in STEPS)}")  # fmt: skip
-        return ExitCode.OK
-    conn = connect(entry)
-    try:
-        done = bootstrap(conn, entry.name, profile, say)
-    finally:
-        conn.close()
-    if as_json:
-        click.echo(bootstrap_json(done))
-    else:
-        say(done.summary())
-    return ExitCode.OK
-
-
-def bootstrap_json(done: Bootstrapped) -> str:
-    import json
-
-    return json.dumps({"host": done.host, "changed": done.changed,
-                       "steps": [r._asdict() for r in done.results],
-                       "facts": done.found.as_json()}, indent=2)  # fmt: skip
 
 
 def hosts_db(dry_run: bool) -> HostsDB:

@@ -10,7 +10,7 @@ launch call, so what even this misses (the process killed outright) is reconcile
 next `up` or `down`.
 
 A host with autostop is held (its watcher counts it busy) from its bootstrap until the hand
-over, which releases the holds (ops.autostop.release_holds): no host ends itself while its
+over, which releases the holds (targets.cloud.autostop.release_holds): no host ends itself while its
 command still needs it, and one the command left behind ends once its hold expires.
 """
 
@@ -187,16 +187,12 @@ def settle(futures: Iterable[Future[Any]]) -> None:
         _, pending = wait(pending, timeout=WAIT_STEP_S)
 
 
-_open: list[Rent] = []
-
-
 @contextmanager
 def renting(what: str) -> Iterator[Rent]:
     """A renting command's length: signals handled (`interrupts.handled`) and a rent open,
-    undone on every way out unless it was kept (`hand_over`)."""
+    undone on every way out unless it was kept (`Rent.keep`: the hand-over)."""
     with handled():
         rent = Rent(what)
-        _open.append(rent)
         try:
             yield rent
         except BaseException as error:
@@ -207,25 +203,3 @@ def renting(what: str) -> Iterator[Rent]:
         else:
             if not rent.kept:  # a return before the hand-over: nothing stays rented
                 rent.undo(interrupted=False)
-        finally:
-            _open.remove(rent)
-
-
-def renting_command() -> str:
-    """The command renting now (`up`, `submit --up`), as the holds name it."""
-    return _open[-1].what if _open else "up"
-
-
-def current() -> Rent:
-    """The rent of the command running now (`renting`), for the launch inside it."""
-    if not _open:
-        raise RuntimeError("launching hosts outside ops.rent.renting(): nothing would undo them")
-    return _open[-1]
-
-
-def hand_over() -> list[str]:
-    """The hosts rented so far outlive the command (its job started on them): their names."""
-    if not _open:
-        return []
-    _open[-1].keep()
-    return sorted(_open[-1].made)

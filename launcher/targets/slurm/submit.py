@@ -4,24 +4,31 @@ One exec reads the cluster (partitions, the login's python3), the checks before 
 refuse what cannot run (one line naming the field, exit 2, nothing queued), then one batch
 on the login host writes every node's files on the shared filesystem, builds the job
 environment there if it is new, asks `sbatch --test-only` and queues with `sbatch
---parsable`. The log is then followed as on any host, with SLURM's state laid over it.
+--parsable`. The log is then followed as on any host, with SLURM's state laid over it (target.py).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import GpujobError, UsageError
 from launcher.plan.model import UNKNOWN_HOME, CopyFile, RunCommand, SyncDir, WriteFile
 from launcher.plan.slurm import SlurmCluster, SlurmPlan
+from launcher.remote.base import Connection
+from launcher.runtime.agent import NodeStatus
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
+from launcher.targets.base import JobInput, LaunchRequest, Started
+
+if TYPE_CHECKING:
+    from launcher.remote.hosts import HostEntry
+    from launcher.targets.slurm.cluster import SlurmJobView
 
 
 class EarlyCluster:
@@ -62,23 +69,48 @@ class EarlyCluster:
             self.conn.close()
 
 
-def submit_to_slurm(options: Any, loaded: Any, image: Any, job_id: str, secrets: dict[str, str],
-                    sources: Any, early: EarlyCluster | None = None) -> int:  # fmt: skip
+@dataclass
+class SlurmSubmission:
+    """The sbatch plan and its checks, all run on the login host: what `--dry-run` prints
+    (`text`), and what `submit` queues (through `conn`, None for a dry run)."""
+
+    job: JobInput
+    request: LaunchRequest
+    planned: SlurmPlan
+    login: HostEntry
+    conn: Connection | None
+
+    @property
+    def job_id(self) -> str:
+        return self.planned.plan.job_id
+
+    def text(self, as_json: bool) -> str:
+        return slurm_plan_text(self.planned, self.login.name)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def slurm_dryrun(
+    request: LaunchRequest, job: JobInput, early: EarlyCluster | None
+) -> SlurmSubmission:
     from launcher.plan.placement import image_reference
     from launcher.plan.slurm import build_slurm_plan
     from launcher.plan.slurm_checks import check_request, parse_partitions, parse_sinfo
     from launcher.storage.preflight import preflight
     from launcher.targets.slurm import cluster as slurm
 
+    loaded, image = job.loaded, job.image
     spec = loaded.spec
     ref = image_reference(spec.image, image)
     conn = described = None
-    if early is None and not options.dry_run:
-        early = EarlyCluster(options.on)
+    if early is None and not request.dry_run:
+        early = EarlyCluster(request.on)
     if early is not None:
         cluster, login, conn, described = early.take()
     else:
-        cluster, login = slurm.resolve_cluster(options.on)
+        cluster, login = slurm.resolve_cluster(request.on)
     try:
         python, home = "python3", UNKNOWN_HOME  # a dry run contacts nothing
         if described is not None:
@@ -102,16 +134,13 @@ def submit_to_slurm(options: Any, loaded: Any, image: Any, job_id: str, secrets:
             cluster = replace(cluster, shared=home.strip() or UNKNOWN_HOME)
         placeholder = _Target(cluster)
         sync = preflight(loaded, placeholder, image, say)
-        planned = build_slurm_plan(spec, cluster, job_id, secrets, image, sources,
+        planned = build_slurm_plan(spec, cluster, job.job_id, job.secrets, image, job.sources,  # type: ignore[arg-type]
                                    python=python, image_ref=ref, sync=sync)  # fmt: skip
-        if options.dry_run:
-            sys.stdout.write(slurm_plan_text(planned, login.name))
-            return 0
-        assert conn is not None
-        return _queue(options, planned, loaded, conn, login)
-    finally:
+    except BaseException:
         if conn is not None:
             conn.close()
+        raise
+    return SlurmSubmission(job, request, planned, login, conn)
 
 
 class _Target:
@@ -122,6 +151,7 @@ class _Target:
         self.runtime = "bare"
         self.job_root = f"{cluster.shared}/.gpujob/jobs"
         self.hosts = (cluster.login,)
+        self.on_this_machine = False
 
 
 def _fields(loaded: Any) -> dict[str, str]:
@@ -172,9 +202,13 @@ def slurm_plan_text(planned: SlurmPlan, login: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _queue(options: Any, planned: SlurmPlan, loaded: Any, conn: Any, login: Any) -> int:
+def queue(submission: SlurmSubmission) -> Started:
+    """Queue exactly the submission; the job is recorded once SLURM has it."""
     from launcher.remote.batch import File, Run
 
+    planned, conn, login = submission.planned, submission.conn, submission.login
+    loaded = submission.job.loaded
+    assert conn is not None
     plan = planned.plan
     spec = loaded.spec
     db = StateDB()
@@ -231,13 +265,7 @@ def _queue(options: Any, planned: SlurmPlan, loaded: Any, conn: Any, login: Any)
             last_line=None, logs_to=plan.logs_to, scheduler_job=slurm_job,
         )
     )  # fmt: skip
-    if options.detach:
-        say(f"queued; follow it with: gpujob logs {plan.job_id} -f")
-        print(plan.job_id)
-        return 0
-    from launcher.jobs.follow import logs
-
-    return logs(plan.job_id, follow=True, connections=[conn] * spec.nodes)
+    return Started(plan.job_id, {login.name: conn})
 
 
 UNREACHABLE = re.compile(r"Unable to contact slurm controller|connect failure|"
@@ -259,15 +287,7 @@ def _last(result: Any) -> str:
     return lines[-1] if lines else f"exit {result.exit_code}"
 
 
-def slurm_connections(job: JobRecord, conns: list[Any]) -> list[Any]:
-    """Each node read through the login host, SLURM's view of the job shared by all."""
-    from launcher.targets.slurm.cluster import SlurmNode
-
-    view = slurm_view(job, conns[0])
-    return [SlurmNode(conn, view, rank, say) for rank, conn in enumerate(conns)]
-
-
-def slurm_view(job: JobRecord, login: Any) -> Any:
+def slurm_view(job: JobRecord, login: Connection) -> SlurmJobView:
     """SLURM's view of the job, its output file (slurm-<id>.out in the job folder) with it."""
     from launcher.targets.slurm.cluster import SlurmJobView
 
@@ -276,90 +296,79 @@ def slurm_view(job: JobRecord, login: Any) -> Any:
     return SlurmJobView(login, job.scheduler_job or "", out_file=out)
 
 
-def slurm_statuses(job: JobRecord) -> list[dict[str, Any]] | None:
+def slurm_statuses(job: JobRecord, login: Connection) -> list[NodeStatus] | None:
     """Each node's status for `gpujob status`: its agent's, with SLURM's state and reason."""
     import json
 
-    from launcher.jobs.records import close_all, job_connections
     from launcher.runtime.agent import agent_argv
     from launcher.targets.slurm.cluster import node_status
 
     try:
-        conns = job_connections(job)
-    except GpujobError:
-        return None
-    try:
-        view = slurm_view(job, conns[0])
+        view = slurm_view(job, login)
         view.refresh()
-        statuses = []
+        statuses: list[NodeStatus] = []
         for node_dir in job.node_dirs:
-            result = conns[0].run(agent_argv("python3", node_dir, "status"))
+            result = login.run(agent_argv("python3", node_dir, "status"))
             agent = json.loads(result.stdout) if result.ok else {"state": "unknown"}
             status = node_status(agent, view)
             if view.state:
                 status["slurm"] = f"SLURM job {view.job_id} {view.state} ({view.reason})"
             if status.get("state") == "pending":
                 status["last_line"] = status.get("reason")
-            statuses.append(status)
+            statuses.append(status)  # type: ignore[arg-type]
         return statuses
     except (GpujobError, ValueError, OSError):
         return None
-    finally:
-        close_all(conns)
 
 
-def slurm_cancel(job: JobRecord, grace_s: float, dry_run: bool) -> int:
+def cancel_line(job: JobRecord, grace_s: float) -> str:
+    """What `cancel` runs on the login host, as its dry run prints it."""
+    from launcher.targets.slurm.cluster import scancel_argv
+
+    job_dir = job.node_dirs[0].rsplit("/", 1)[0]
+    return (f"on the login host: echo {max(0, int(grace_s))} > {shlex.quote(job_dir)}/"
+            f"cancel-grace; {shlex.join(scancel_argv(job.scheduler_job or ''))}")  # fmt: skip
+
+
+def slurm_cancel(job: JobRecord, grace_s: float, login: Connection) -> str:
     """`scancel`: SLURM sends every node's step SIGTERM, which the node step passes to its
     agent with the grace asked for (`cancel-grace` in the job folder), at most SLURM's
     KillWait less 2 s (SIGKILL follows it); waits, bounded, for the job to leave the queue
     and records how it really ended (it may have completed meanwhile). Secrets of nodes
-    that never started are removed."""
-    from launcher.jobs.records import close_all, job_connections
+    that never started are removed. Returns the line that says how it ended."""
     from launcher.targets.slurm.cluster import STATE_WORDS, scancel_argv
 
     argv = scancel_argv(job.scheduler_job or "")
     job_dir = job.node_dirs[0].rsplit("/", 1)[0]
     grace = f"{max(0, int(grace_s))}"
-    if dry_run:
-        print(f"on the login host: echo {grace} > {shlex.quote(job_dir)}/cancel-grace; "
-              f"{shlex.join(argv)}")  # fmt: skip
-        say(f"dry run: job {job.id} would then be recorded as cancelled; nothing was run")
-        return 0
-    conns = job_connections(job)
-    try:
-        login = conns[0]
-        login.run(["sh", "-c", 'echo "$2" > "$1/cancel-grace"', "sh", job_dir, grace])
-        result = login.run(argv)
-        view = slurm_view(job, login)
-        deadline = time.monotonic() + 120
-        while True:
-            view.asked_at = -1e9
-            view.refresh()
-            if view.state not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SUSPENDED"):
-                break
-            if time.monotonic() > deadline:
-                raise GpujobError(
-                    f"job {job.id}: SLURM job {job.scheduler_job} is still {view.state} 120 s "
-                    "after scancel",
-                    f"look at it with: gpujob status {job.id}; cancel again",
-                )
-            time.sleep(0.5)
-        login.run(["sh", "-c", SECRETS_RM, "sh", job_dir])
-    finally:
-        close_all(conns)
+    login.run(["sh", "-c", 'echo "$2" > "$1/cancel-grace"', "sh", job_dir, grace])
+    result = login.run(argv)
+    view = slurm_view(job, login)
+    deadline = time.monotonic() + 120
+    while True:
+        view.asked_at = -1e9
+        view.refresh()
+        if view.state not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SUSPENDED"):
+            break
+        if time.monotonic() > deadline:
+            raise GpujobError(
+                f"job {job.id}: SLURM job {job.scheduler_job} is still {view.state} 120 s "
+                "after scancel",
+                f"look at it with: gpujob status {job.id}; cancel again",
+            )
+        time.sleep(0.5)
+    login.run(["sh", "-c", SECRETS_RM, "sh", job_dir])
     ended = STATE_WORDS.get(view.state, "cancelled" if not view.state else "")
     if not result.ok and not ended:
         raise GpujobError(f"scancel {job.scheduler_job} failed: {_last(result)}")
     if ended and ended != "cancelled":  # it ended on its own before scancel reached it
         code = view.code if view.code is not None else (0 if ended == "succeeded" else 1)
         StateDB().update_job(job.id, ended, exit_code=code)
-        say(f"job {job.id} had already ended: SLURM job {job.scheduler_job} {view.state} "
-            f"(exit code {code}); nothing to cancel")  # fmt: skip
-        return 0
+        return (f"job {job.id} had already ended: SLURM job {job.scheduler_job} {view.state} "
+                f"(exit code {code}); nothing to cancel")  # fmt: skip
     StateDB().update_job(job.id, "cancelled", exit_code=143)
-    say(f"job {job.id} cancelled (SLURM job {job.scheduler_job}: {view.state or 'gone'}; "
-        f"grace {grace} s, at most SLURM's KillWait)")  # fmt: skip
-    return 0
+    return (f"job {job.id} cancelled (SLURM job {job.scheduler_job}: {view.state or 'gone'}; "
+            f"grace {grace} s, at most SLURM's KillWait)")  # fmt: skip
 
 
 SECRETS_RM = 'rm -f -- "$1"/node-*/secrets.json "$1"/node-*/secrets.env "$1"/node-*/storage.json'

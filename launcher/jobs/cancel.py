@@ -1,0 +1,96 @@
+"""Stopping a job on any target: `cancel`, and `down`'s first step (the jobs still running on
+the hosts it takes, cancelled so their agents ship the last checkpoints and log first).
+
+The lifecycle rules of a cancel (a job that had already ended, a job whose agent is gone, a
+job recorded but never started) belong in `cancel_job`: every way a job is cancelled goes
+through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.agent.states import TERMINAL
+from launcher.errors import GpujobError
+from launcher.jobs.state import record_job_state
+from launcher.say import say
+from launcher.state.db import JobRecord, StateDB
+from launcher.state.readonly import JobsView
+from launcher.targets.base import target_for
+
+
+def cancel_job(job: JobRecord, grace_s: float) -> None:
+    """Stop every node of the job (its target records how it ended) and say so."""
+    if cancel_recovering(job.id):  # its hosts are being replaced: none to ask
+        return
+    say(target_for(job).cancel(job, grace_s))
+
+
+def cancel_recovering(job_id: str) -> bool:
+    """`gpujob cancel` of a job whose hosts are being replaced: there is no agent to ask, so
+    the cancel is recorded, and the controller makes no restart (what it has rented for one
+    is terminated). False when the job is not being recovered (the agents are asked)."""
+    from launcher.state.recovery import RECOVERING, STOPPED, RecoveryDB
+
+    rdb = RecoveryDB()
+    record = rdb.get(job_id)
+    if record is None or record.phase != RECOVERING:
+        return False
+    rdb.update(job_id, phase=STOPPED)
+    rdb.say(job_id, record.restarts, f"job {job_id} cancelled while it was recovered; no restart")
+    StateDB().update_job(job_id, "cancelled")
+    say(f"job {job_id} cancelled: it was being recovered; its controller makes no restart")
+    return True
+
+
+@dataclass(frozen=True)
+class CancelFirst:
+    """`down`'s first step: the jobs the db says still run on the hosts it takes. Each is
+    cancelled if its agents say it still runs, so they end it cleanly and ship its last
+    checkpoints and its log to S3 before the host goes."""
+
+    jobs: list[tuple[JobRecord, list[str]]]
+    grace_s: float = 30.0
+
+    def lines(self) -> list[str]:
+        """The dry run's account: which jobs, and the literal commands."""
+        out = []
+        for job, on in self.jobs:
+            out.append(f"would ask job {job.id}'s agents (on {', '.join(on)}) for its state "
+                       "and, if it still runs, cancel it first:")  # fmt: skip
+            out += [f"  {line}" for line in target_for(job).cancel_lines(job, self.grace_s)]
+        return out
+
+    def run(self) -> None:
+        db = StateDB()
+        for job, on in self.jobs:
+            statuses = target_for(job).statuses(job)
+            if statuses is None or all(s.get("state") in TERMINAL for s in statuses):
+                if statuses is not None:
+                    record_job_state(db, job, statuses)
+                continue
+            say(f"job {job.id} still runs on {', '.join(on)}: cancelling it first"
+                + (" (its log and last checkpoints go to S3)" if job.logs_to else ""))  # fmt: skip
+            try:
+                cancel_job(job, self.grace_s)
+            except GpujobError as err:
+                say(f"could not cancel job {job.id}: {err.one_line()}; the host goes anyway")
+
+
+def cancel_first(hosts: set[str], dry_run: bool, grace_s: float = 30.0) -> CancelFirst:
+    """The jobs not ended per the db (a dry run's db is read-only) on any of `hosts`."""
+    db = JobsView() if dry_run else StateDB()
+    found = []
+    for job in db.jobs(limit=200):
+        target = target_for(job)
+        if job.terminal or target.traits.on_this_machine:
+            continue
+        on = sorted(set(target.host_names(job)) & hosts)
+        if on:
+            found.append((job, on))
+    return CancelFirst(found, grace_s)
+
+
+def stop_jobs_on(hosts: set[str], grace_s: float = 30.0) -> None:
+    """Before `down` takes hosts away: each job still running on one of them is cancelled."""
+    cancel_first(hosts, dry_run=False, grace_s=grace_s).run()

@@ -1,0 +1,142 @@
+"""A job's launch on any target: the spec loaded and checked, the job's id, secrets and image,
+then the target's dry run (`Submission`: the object `--dry-run` prints) and the submission of
+exactly that object. `submit` and the recovery controller both call `launch`, each with
+explicit arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as random
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from launcher.errors import UsageError
+from launcher.plan.recovery import Policy
+from launcher.say import say
+from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
+
+if TYPE_CHECKING:
+    from launcher.spec.load import LoadedSpec
+
+
+def new_job_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{random.token_hex(2)}"
+
+
+def launch(
+    request: LaunchRequest, target: Target, before_start: BeforeStart | None = None
+) -> Started | None:
+    """Print the submission (a dry run: None) or carry it out; `before_start` runs between
+    the placement and the start (a recovery's checkpoint pull)."""
+    target.start_contact(request)  # the hosts contacted while the spec loads
+    try:
+        job = prepare(request)
+        submission = target.dryrun(job, request)
+        if request.dry_run:
+            sys.stdout.write(submission.text(request.as_json))
+            submission.close()
+            return None
+        started = target.submit(submission, before_start)
+        started.policy = job.policy
+        return started
+    finally:
+        target.close()
+
+
+def prepare(request: LaunchRequest) -> JobInput:
+    """The spec and what follows from it alone, every refusal before any host is contacted
+    for the job or rented."""
+    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE
+    from launcher.plan.build import JOB_ID, Sources
+    from launcher.spec.image import load_image_definition
+    from launcher.spec.load import load_job_spec
+    from launcher.state.owner import user_name
+
+    loaded = load_job_spec(request.spec_path, request.sets)
+    spec = loaded.spec
+    _say_translation(loaded, request.dry_run)
+    if spec.resources.use_spot and not request.up:  # only a rental is ever interruptible
+        where = "the --on hosts" if request.on else "this machine"
+        say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
+            f"effect without --up (nothing is rented); the job runs on {where}")  # fmt: skip
+    policy = policy_for(request, loaded)  # refused before anything is rented
+    if policy is not None and request.dry_run:
+        events = ", ".join(policy.on)
+        say(f"dry run: once the job runs, a recovery controller would follow it (up to "
+            f"{policy.max_restarts} restart(s) on {events})")  # fmt: skip
+    if not loaded.workdir.is_dir():
+        raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
+    secret_values = _secret_values(loaded)
+    try:
+        image = load_image_definition(spec.image, loaded.path.parent)
+    except UsageError as err:
+        raise UsageError(f"{loaded.where('image')}: image: {err.message}", err.hint) from None
+    job_id = request.job_id or new_job_id(spec.name)
+    if not JOB_ID.fullmatch(job_id):
+        raise UsageError(
+            f"--job-id {job_id!r}: a job id is letters, digits, `.`, `_` and `-` (up to 128)",
+            "leave out --job-id to get a new one",
+        )
+    sources = Sources(
+        workdir=str(loaded.workdir),
+        agent=str(AGENT_SOURCE),
+        init_lock=str(INIT_LOCK_SOURCE),
+        spec_where=loaded.where("run", "args"),
+        agent_modules=AGENT_MODULES,
+        user=user_name(),
+    )
+    return JobInput(loaded, image, job_id, secret_values, sources, policy)
+
+
+def policy_for(request: LaunchRequest, loaded: LoadedSpec) -> Policy | None:
+    """The job's recovery (`recovery:`, or `--recover` with its defaults), refused before
+    anything is rented where it cannot work; None without recovery."""
+    from launcher.spec.recovery import RecoverySpec
+
+    spec = loaded.spec
+    recovery = spec.recovery or (RecoverySpec() if request.recover else None)
+    if recovery is None:
+        return None
+    where = loaded.where("recovery") if spec.recovery else "--recover"
+    if not spec.checkpoints.sync_to:
+        raise UsageError(f"{where}: recovery needs checkpoints.sync_to: a job restarted on a "
+                         "fresh host resumes from the checkpoints in S3",
+                         "add checkpoints: {sync_to: REMOTE:prefix}")  # fmt: skip
+    if not request.up:
+        raise UsageError(f"{where}: recovery restarts the job on hosts gpujob rents, and "
+                         "these are not rented",
+                         "submit it with --up GPU, or leave recovery out")  # fmt: skip
+    unreachable = os.environ.get("GPUJOB_RECOVER_UNREACHABLE_S")
+    return Policy(
+        max_restarts=recovery.max_restarts, on=tuple(recovery.on_events),
+        unreachable_after_s=float(unreachable) if unreachable else recovery.unreachable_after,
+        rent_tries=int(os.environ.get("GPUJOB_RECOVER_RENT_TRIES", "3")),
+    )  # fmt: skip
+
+
+def _say_translation(loaded: LoadedSpec, dry_run: bool) -> None:
+    """A SkyPilot task's fields as gpujob reads them: every one under `--dry-run`, the
+    warnings (fields ignored) always."""
+    translation = loaded.translation
+    if translation is None:
+        return
+    say(f"{loaded.path}: a SkyPilot task, read as gpujob's spec")
+    for line in translation.notes if dry_run else []:
+        say(f"  {line}")
+    for line in translation.warnings:
+        say(f"  warning: {line}")
+
+
+def _secret_values(loaded: LoadedSpec) -> dict[str, str]:
+    values = {}
+    for index, name in enumerate(loaded.spec.secrets):
+        if name not in os.environ:
+            raise UsageError(
+                f"{loaded.where('secrets', index)}: secrets: {name} is not set in your environment",
+                f"export {name}=... before submitting (its value is never written to the spec,"
+                " a command line or a log)",
+            )
+        values[name] = os.environ[name]
+    return values

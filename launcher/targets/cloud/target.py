@@ -1,0 +1,171 @@
+"""Hosts rented from a cloud for the job (`submit --up GPU`): every check this machine can make
+before the first cloud call, one host per node rented through the command's `Rent` (all or
+nothing), the job placed on them as on SSH hosts; `release` terminates what the job rented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from launcher.clouds.base import Instance
+from launcher.errors import GpujobError
+from launcher.say import say
+from launcher.state.db import JobRecord
+from launcher.targets.base import JobInput, LaunchRequest, Traits
+from launcher.targets.ssh import REMOTE_TRAITS, RemoteHostsTarget
+
+if TYPE_CHECKING:
+    from launcher.remote.hosts import HostEntry
+    from launcher.spec.image import ImageDefinition
+    from launcher.targets.cloud.rent import Rent
+    from launcher.targets.placement import Placement
+
+
+@dataclass(frozen=True)
+class JobHost:
+    """One node's host as the job's record names it."""
+
+    rank: int
+    name: str
+    instance_id: str | None
+    address: str
+    port: int | None
+    user: str | None
+
+
+def job_hosts(job: JobRecord) -> list[JobHost]:
+    from launcher.remote.hosts import HostEntry
+
+    hosts = []
+    for rank, record in enumerate(job.hosts):
+        entry = HostEntry.from_record(record)
+        instance = entry.instance.split(":", 1)[1] if entry.instance else None
+        hosts.append(JobHost(rank, entry.name, instance, entry.address, entry.port, entry.user))
+    return hosts
+
+
+class CloudTarget(RemoteHostsTarget):
+    def __init__(self, kind: str, rent: Rent | None = None) -> None:
+        from launcher.clouds.registry import trait
+
+        self.kind = kind
+        self.rent = rent
+        """The command's rent (None for a dry run, or a job already running)."""
+        in_image = bool(trait(kind, "runs_in_image", False))
+        self.traits = Traits(
+            rents_hosts=True, recoverable=True, **{**REMOTE_TRAITS, "runs_in_image": in_image}
+        )  # type: ignore[arg-type]
+
+    def place(
+        self, job: JobInput, request: LaunchRequest
+    ) -> tuple[Placement, ImageDefinition | None]:
+        from launcher.targets.placement import remote_placement
+
+        # A host that IS the job's image (Vast) runs the job in its environment as it is:
+        # building another from the pins there would be slow and offline.
+        in_image = self.traits.runs_in_image
+        if not request.dry_run:
+            request = self._clear_the_rent(job, request)
+        image = None if in_image else job.image
+        entries = self._rented_hosts(request, job)
+        placed = remote_placement(
+            job.loaded.spec, image, entries, runtime=request.runtime,  # type: ignore[arg-type]
+            dry_run=request.dry_run, provider=self.kind,
+        )  # fmt: skip
+        if placed.note:
+            say(placed.note)
+        return placed, image
+
+    def _clear_the_rent(self, job: JobInput, request: LaunchRequest) -> LaunchRequest:
+        """Every check this machine can make, before the first cloud call: the plan for
+        placeholder hosts (as --dry-run builds it, merge guard included), the S3 remotes
+        from here, the image, the disk budget. Returns the request with the disk an offer
+        needs."""
+        from launcher.plan.placement import image_reference
+        from launcher.remote.hosts import HostEntry
+        from launcher.targets.cloud.before_rent import check_before_rent
+        from launcher.targets.placement import remote_placement
+
+        spec, in_image = job.loaded.spec, self.traits.runs_in_image
+        entries = [HostEntry(name=f"<new {self.kind} host {rank}>", address="192.0.2.1")
+                   for rank in range(spec.nodes)]  # fmt: skip
+        runtime = "bare" if in_image else request.runtime
+        image = None if in_image else job.image
+
+        def rehearse() -> None:
+            assumed = remote_placement(spec, image, entries, runtime=runtime,  # type: ignore[arg-type]
+                                       dry_run=True, provider=self.kind)  # fmt: skip
+            self.plan_for(job, request, assumed.target, image, lambda _: None)
+
+        ref = image_reference(spec.image, job.image)
+        cleared = check_before_rent(job.loaded, job.image, ref, request.disk, rehearse, say)
+        return replace(request, disk=max(request.disk, cleared.min_disk_gb))
+
+    def _rented_hosts(self, request: LaunchRequest, job: JobInput) -> list[HostEntry]:
+        """One host per node from `gpujob up`'s own launch (all or nothing); a dry run
+        shows the offers and rents nothing."""
+        from launcher.plan.placement import image_reference
+        from launcher.remote.hosts import HostEntry, instance_entry
+        from launcher.targets.cloud.hosts import UpOptions, launch_hosts
+
+        spec = job.loaded.spec
+        autostop = spec.resources.autostop
+        ref = image_reference(spec.image, job.image)
+        options = UpOptions(gpu=request.up or "", provider=self.kind, count=spec.nodes,
+                            yes=True, dry_run=request.dry_run, allow_cpu=request.allow_cpu,
+                            image=ref, disk=request.disk, max_price=request.max_price,
+                            max_cost=request.max_cost, max_duration_s=spec.max_duration,
+                            autostop_s=autostop.idle_minutes * 60 if autostop else None,
+                            autostop_stop=bool(autostop and not autostop.down),
+                            autostop_key_on_host=request.autostop_key_on_host,
+                            spot=spec.resources.use_spot, renting="submit --up",
+                            instance_image=ref if self.traits.runs_in_image else None)  # fmt: skip
+        instances = launch_hosts(options, self.rent)
+        if request.dry_run:
+            return [HostEntry(name=f"<new {self.kind} host {rank}>", address="<its ip>")
+                    for rank in range(spec.nodes)]  # fmt: skip
+        return [instance_entry(inst) for inst in instances]  # pinned per instance
+
+    def hand_over(self) -> list[str]:
+        if self.rent is None:
+            return []
+        self.rent.keep()
+        return sorted(self.rent.made)
+
+    def release(self, job: JobRecord, why: str) -> list[str]:
+        """Terminate every host of the job that its cloud still runs; lines for what could
+        not be (the user's `gpujob down` then)."""
+        import contextlib
+
+        from launcher.clouds.registry import get_provider
+        from launcher.state.hosts import HostsDB
+        from launcher.targets.cloud.hosts import end_connection
+
+        provider = get_provider(self.kind)
+        db, failures = HostsDB(), []
+        for host in job_hosts(job):
+            if host.instance_id is None:
+                continue
+            try:
+                try:
+                    status = provider.describe(host.instance_id).status
+                    gone = status in ("terminated", "terminating")
+                except GpujobError:  # the cloud's API failing: terminate it all the same
+                    gone = False
+                if not gone:
+                    provider.terminate(host.instance_id)
+                    say(f"terminated {host.name} ({provider.name} {host.instance_id}): {why}")
+            except GpujobError as error:
+                failures.append(f"could not terminate {host.name} ({host.instance_id}): "
+                                f"{error.one_line()}; run `gpujob down {host.name}`")  # fmt: skip
+                continue
+            if db.host(host.name) is not None:
+                db.update(host.name, status="terminated")
+            with contextlib.suppress(OSError):  # its SSH master ends now, not at its keepalive
+                end_connection(Instance(provider.name, host.instance_id, host.name, "terminated",
+                                        ip=host.address, ssh_port=host.port,
+                                        ssh_user=host.user or "root"))  # fmt: skip
+        for line in failures:
+            say(line)
+        return failures

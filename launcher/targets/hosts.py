@@ -1,0 +1,219 @@
+"""What the targets that run a job's nodes on hosts share (this machine, SSH hosts, rented
+hosts): the plan for the placement, its submission (checks on the hosts, the record before
+the start, the start), and each node reached through its host's agent.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from launcher.errors import GpujobError, UsageError
+from launcher.remote.base import Connection
+from launcher.runtime.agent import NodeStatus, agent_argv
+from launcher.say import say
+from launcher.state.db import JobRecord, StateDB
+from launcher.targets.base import (
+    BeforeStart,
+    JobInput,
+    LaunchRequest,
+    Node,
+    Started,
+    Submission,
+    Traits,
+    close_all,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from launcher.plan.model import NodeLayout, Plan
+    from launcher.spec.image import ImageDefinition
+    from launcher.targets.placement import Placement
+
+
+@dataclass
+class HostsSubmission:
+    """The plan for the placed nodes; `text` is what `--dry-run` prints, `submit` runs it."""
+
+    job: JobInput
+    request: LaunchRequest
+    plan: Plan
+    placed: Placement
+    image: ImageDefinition | None
+    """The image the plan was built for (None where the host is the image)."""
+
+    @property
+    def job_id(self) -> str:
+        return self.plan.job_id
+
+    def text(self, as_json: bool) -> str:
+        from launcher.plan.show import plan_json, plan_text
+
+        return plan_json(self.plan) if as_json else plan_text(self.plan)
+
+    def close(self) -> None:
+        close_all(list(self.placed.connections.values()))
+
+
+class HostsTarget:
+    """The shared half of `LocalTarget`, `SshTarget` and `CloudTarget`; each places the
+    nodes its own way (`place`)."""
+
+    kind: str
+    traits: Traits
+
+    def place(
+        self, job: JobInput, request: LaunchRequest
+    ) -> tuple[Placement, ImageDefinition | None]:
+        """The nodes' placement, and the image the plan is for."""
+        raise NotImplementedError
+
+    def start_contact(self, request: LaunchRequest) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def plan_for(
+        self,
+        job: JobInput,
+        request: LaunchRequest,
+        layout: NodeLayout,
+        image: ImageDefinition | None,
+        report: Callable[[str], None] = say,
+    ) -> Plan:
+        from launcher.plan.build import Sources, build_plan
+        from launcher.storage.preflight import preflight
+
+        sync = preflight(job.loaded, layout, image, report)
+        sources: Sources = job.sources  # type: ignore[assignment]
+        return build_plan(job.loaded.spec, layout, job.job_id, job.secrets, image, sources, sync,
+                          follow=not request.detach, resume_from=request.resume_from)  # fmt: skip
+
+    def dryrun(self, job: JobInput, request: LaunchRequest) -> Submission:
+        placed, image = self.place(job, request)
+        try:
+            plan = self.plan_for(job, request, placed.target, image)
+        except BaseException:
+            close_all(list(placed.connections.values()))
+            raise
+        return HostsSubmission(job, request, plan, placed, image)
+
+    def submit(self, submission: Submission, before_start: BeforeStart | None) -> Started:
+        from launcher.storage.preflight import check_before_start, env_dir
+
+        assert isinstance(submission, HostsSubmission)
+        placed, plan = submission.placed, submission.plan
+        try:
+            environment = env_dir(placed.target, submission.image)
+            check_before_start(submission.job.loaded, plan, environment, placed.connections, say,
+                               placed.facts,
+                               on_this_machine=self.traits.on_this_machine)  # fmt: skip
+            if before_start is not None:
+                before_start(plan, placed.records)
+            return self._start(submission)
+        except BaseException:
+            submission.close()
+            raise
+
+    def _start(self, submission: HostsSubmission) -> Started:
+        from launcher.runtime.apply import apply_plan
+
+        plan, loaded, request = submission.plan, submission.job.loaded, submission.request
+        spec, job_id = loaded.spec, plan.job_id
+        db = StateDB()
+        taken = db.job(job_id) is not None and db.job(job_id).id == job_id  # type: ignore[union-attr]
+        if taken and not request.attempt:
+            raise UsageError(f"job id {job_id} is taken", "leave out --job-id to get a new one")
+        say(f"job {job_id}: {spec.name}, {plan.world_size} rank(s) on {plan.provider}")
+        record = JobRecord(
+            id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
+            runtime=plan.runtime, hosts=submission.placed.records, node_dirs=plan.node_dirs,
+            state="starting", exit_code=None, created_at=time.time(), ended_at=None,
+            last_line=None, logs_to=plan.logs_to,
+        )  # fmt: skip
+        if request.attempt:
+            db.restart_job(record)
+        else:
+            db.add_job(record)
+        try:
+            first_reads = apply_plan(plan, submission.placed.connections, say)
+        except BaseException:
+            db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
+            raise
+        kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
+        db.update_job(job_id, "running")
+        return Started(job_id, dict(submission.placed.connections), first_reads, kept)
+
+    def hand_over(self) -> list[str]:
+        """The hosts rented for the job, now its own (a rented target's)."""
+        return []
+
+    def connection(self, host_record: str, opened: dict[str, Connection]) -> tuple[str, Connection]:
+        """The host of a node, by its record: its name and a connection (reused if open)."""
+        raise NotImplementedError
+
+    def nodes(self, job: JobRecord, opened: Mapping[str, Connection] | None = None) -> list[Node]:
+        by_host = dict(opened or {})
+        nodes = []
+        for rank, (record, node_dir) in enumerate(zip(job.hosts, job.node_dirs, strict=True)):
+            _, conn = self.connection(record, by_host)
+            nodes.append(self.node(rank, node_dir, conn))
+        return nodes
+
+    def node(self, rank: int, node_dir: str, conn: Connection) -> Node:
+        return Node(rank, node_dir, conn, self.traits.agent_python)
+
+    def statuses(self, job: JobRecord) -> list[NodeStatus] | None:
+        try:
+            nodes = self.nodes(job)
+        except GpujobError:
+            return None
+        try:
+            statuses = [node.status() for node in nodes]
+        finally:
+            close_all([node.connection for node in nodes])
+        return None if any(s is None for s in statuses) else statuses  # type: ignore[return-value]
+
+    def files_host(self, job: JobRecord) -> Connection:
+        return self.connection(job.hosts[0], {})[1]
+
+    def host_names(self, job: JobRecord) -> list[str]:
+        from launcher.remote.hosts import HostEntry
+
+        return [HostEntry.from_record(record).name for record in job.hosts]
+
+    def cancel_argvs(self, job: JobRecord, grace_s: float) -> list[list[str]]:
+        """Each node's agent asked to cancel: what `cancel` runs, and what its dry run prints."""
+        python = self.traits.agent_python
+        return [
+            agent_argv(python, node_dir, "cancel", f"{grace_s:g}") for node_dir in job.node_dirs
+        ]
+
+    def cancel_lines(self, job: JobRecord, grace_s: float) -> list[str]:
+        pairs = zip(self.host_names(job), self.cancel_argvs(job, grace_s), strict=True)
+        return [
+            f"node {rank} on {host}: {shlex.join(argv)}" for rank, (host, argv) in enumerate(pairs)
+        ]
+
+    def cancel(self, job: JobRecord, grace_s: float) -> str:
+        nodes = self.nodes(job)
+        failures = []
+        try:
+            for node in nodes:
+                result = node.cancel(grace_s)
+                if not result.ok:
+                    failures.append(f"node {node.rank}: {result.stderr.strip()[-200:]}")
+        finally:
+            close_all([node.connection for node in nodes])
+        if failures:
+            raise GpujobError(f"cancel failed on {'; '.join(failures)}")
+        StateDB().update_job(job.id, "cancelled")
+        return f"job {job.id} cancelled on {len(nodes)} node(s)"
+
+    def release(self, job: JobRecord, why: str) -> list[str]:
+        return []
