@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from launcher.jobs.state import record_job_state
+from launcher.jobs.state import JobState, record_job_state
 from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord, StateDB
 from launcher.targets.base import target_for
@@ -30,11 +30,11 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
         statuses = None
         recovery = status_note(job.id)
         if recovery is not None and recovery["phase"] == "recovering":
-            state = "recovering"  # its hosts are being replaced: none to ask (the line: below)
+            state = JobState.RECOVERING  # its hosts are being replaced: none to ask
         elif not job.terminal:
             statuses = target_for(job).statuses(job)
             if statuses is None:
-                state = "unreachable"
+                state = JobState.UNREACHABLE
             else:
                 nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
                 state, code, last = record_job_state(db, job, statuses)

@@ -87,10 +87,10 @@ def _after_start(request: LaunchRequest, started: Started) -> int:
 def _hosts_stay(db: StateDB, job_id: str, hosts: list[str]) -> None:
     """Following ended (Ctrl-C, SIGTERM, SIGHUP, a lost connection) with the job still
     running: its hosts are not terminated under it, and still cost money; say so."""
-    from launcher.agent.states import TERMINAL
+    from launcher.jobs.state import is_terminal
 
     job = db.job(job_id)
-    if job is not None and job.state not in TERMINAL:
+    if job is not None and not is_terminal(job.state):
         down = f"gpujob down {hosts[0]}" if len(hosts) == 1 else "gpujob down HOST"
         say(f"its hosts keep running (and billing) for it: {', '.join(hosts)}; reattach "
             f"with `gpujob logs {job_id} -f`; `{down}` removes them")  # fmt: skip

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.agent.states import TERMINAL
 from launcher.errors import GpujobError
-from launcher.jobs.state import record_job_state
+from launcher.jobs.state import JobState, is_terminal, record_job_state
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
 from launcher.state.readonly import JobsView
@@ -38,7 +37,7 @@ def cancel_recovering(job_id: str) -> bool:
         return False
     rdb.update(job_id, phase=STOPPED)
     rdb.say(job_id, record.restarts, f"job {job_id} cancelled while it was recovered; no restart")
-    StateDB().update_job(job_id, "cancelled")
+    StateDB().update_job(job_id, JobState.CANCELLED)
     say(f"job {job_id} cancelled: it was being recovered; its controller makes no restart")
     return True
 
@@ -65,7 +64,7 @@ class CancelFirst:
         db = StateDB()
         for job, on in self.jobs:
             statuses = target_for(job).statuses(job)
-            if statuses is None or all(s.get("state") in TERMINAL for s in statuses):
+            if statuses is None or all(is_terminal(s.get("state")) for s in statuses):
                 if statuses is not None:
                     record_job_state(db, job, statuses)
                 continue

@@ -19,8 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.limits import TIMED_OUT_CODE
-from launcher.agent.states import TERMINAL, TIMED_OUT
 from launcher.errors import GpujobError, UsageError
+from launcher.jobs.state import (
+    NODE_FAILURES,
+    JobState,
+    exit_code_of,
+    first_failed,
+    is_final,
+    is_terminal,
+    job_exit_code,
+    job_state,
+)
 from launcher.remote.base import Connection
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
@@ -80,14 +89,7 @@ def _logs(
     first: dict[int, tuple[bytes, dict[str, Any]]] | None,
     on_stop: Callable[[], None],
 ) -> int:
-    from launcher.runtime.logs import (
-        NodeStream,
-        Output,
-        first_failure,
-        follow_logs,
-        job_exit_code,
-        stop_on_signals,
-    )
+    from launcher.runtime.logs import NodeStream, Output, follow_logs, stop_on_signals
 
     # an ended job whose log is in S3 does not wait for its host to come back
     patience = 0.0 if job.terminal and job.logs_to else None
@@ -151,42 +153,44 @@ def _logs(
     except BaseException:  # the follow broke (a host past its reconnect budget, a hang-up)
         hand_over()
         raise
-    states = {stream.status.get("state") for stream in done}
-    if not (follow or states <= TERMINAL):
+    statuses = [stream.status for stream in done]
+    states = [status.get("state") for status in statuses]
+    if not (follow or all(is_terminal(state) for state in states)):
         return 0
-    code = job_exit_code(done)
-    state = _job_state(done)
-    if state not in TERMINAL:
+    state = job_state(states)
+    if state is None or not is_final(states, state):
         return 0
-    texts = {s.rank: _tail_text(s) for s in done if s.status.get("state") in ("failed", "lost")}
-    cause = pick_cause(done, texts) if len(done) > 1 else first_failure(done)
-    if cause is not None and cause.status.get("state") == "failed":
-        code = int(cause.status.get("exit_code") or 1)
+    code = job_exit_code(statuses)  # type: ignore[arg-type]
+    texts = {s.rank: _tail_text(s) for s in done if s.status.get("state") in NODE_FAILURES}
+    first = first_failed(statuses)  # type: ignore[arg-type]
+    cause = pick_cause(done, texts) if len(done) > 1 else None if first is None else done[first]
+    if cause is not None:
+        code = exit_code_of(cause.status) if cause.status.get("state") == JobState.FAILED else code
     ending = _ending(done, state, cause)
-    if state == TIMED_OUT:
+    if state == JobState.TIMED_OUT:
         code = TIMED_OUT_CODE
-    timed_out = ending if state == TIMED_OUT else None
+    timed_out = ending if state == JobState.TIMED_OUT else None
     db.update_job(job.id, state, exit_code=code,
                   last_line=timed_out or _final_line(cause or done[0]))  # fmt: skip
     if follow and tail is None and node is None:
         for stream in done:
             db.set_offset(job.id, stream.rank, 0)
     if follow:
-        if cause is not None and len(job.node_dirs) > 1 and state != TIMED_OUT:
+        if cause is not None and len(job.node_dirs) > 1 and state != JobState.TIMED_OUT:
             _show_cause(cause, texts[cause.rank])
         say(f"job {job.id} {ending} (exit code {code})")
     return code
 
 
-def _ending(streams: list[Any], state: str, cause: Any) -> str:
+def _ending(streams: list[Any], state: JobState, cause: Any) -> str:
     """How the job ended, in words: its state, with the agent's reason where it gave one (a
     time limit and the last checkpoint, a stop by the GPU-idle policy or the disk care)."""
-    if state == TIMED_OUT:
-        timed = min((s for s in streams if s.status.get("state") == TIMED_OUT),
+    if state == JobState.TIMED_OUT:
+        timed = min((s for s in streams if s.status.get("state") == JobState.TIMED_OUT),
                     key=lambda s: s.rank)  # fmt: skip
         return str(timed.status.get("reason") or state)
     reason = cause.status.get("reason") if cause is not None else None
-    return f"{state}: {reason}" if reason and state == "failed" else state
+    return f"{state}: {reason}" if reason and state == JobState.FAILED else str(state)
 
 
 def _show_cause(cause: Any, text: str) -> None:
@@ -220,9 +224,7 @@ def pick_cause(streams: list[Any], texts: dict[int, str]) -> Any:
     """The node that failed first. Every node of a broken world fails, most of them because a
     peer vanished; the cause is the failed node whose ranks did not die of a lost peer, the
     earliest if several (by the time each agent recorded the end)."""
-    from launcher.runtime.logs import FAILED
-
-    failed = [s for s in streams if s.status.get("state") in FAILED]
+    failed = [s for s in streams if s.status.get("state") in NODE_FAILURES]
     if not failed:
         return None
 
@@ -257,14 +259,6 @@ def _log_size(stream: Any, here: bool) -> int:
         return Path(path).stat().st_size if Path(path).exists() else 0
     result = stream.connection.run(["stat", "-c", "%s", path])
     return int(result.stdout.strip()) if result.ok else 0
-
-
-def _job_state(streams: list[Any]) -> str:
-    states = [stream.status.get("state") for stream in streams]
-    for state in ("lost", TIMED_OUT, "failed", "cancelled"):
-        if state in states:
-            return state
-    return states[0] if len(set(states)) == 1 else "running"
 
 
 def _final_line(stream: Any) -> str | None:

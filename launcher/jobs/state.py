@@ -1,29 +1,105 @@
-"""A job's state from its nodes' states: one set of rules, read by `status`, the follow, the
-keeper and `down`."""
+"""A job's states and the rules of its life, written once: a job's state from its nodes', the
+node that failed first, the job's exit code, what is terminal. `status`, the follow, the
+keeper, `down` and the recovery controller all read these.
+
+The states themselves are `JobState` (state/job_states.py: beside the record they type, so
+the targets, which record a job's start, can name them too).
+
+The client-side lifecycle rules of a job belong here too, beside these: a job recorded but
+never started (`starting` with no agent), a cancel of an ended job, a record that may be
+stale (`refresh`).
+"""
 
 from __future__ import annotations
 
-from launcher.agent.states import TIMED_OUT, WORST_FIRST
+from collections.abc import Iterable
+
+from launcher.agent.limits import TIMED_OUT_CODE
 from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord, StateDB
+from launcher.state.job_states import (
+    NODE_FAILURES,
+    TERMINAL,
+    WORST_FIRST,
+    JobState,
+    is_terminal,
+)
+
+__all__ = ["NODE_FAILURES", "TERMINAL", "JobState", "is_terminal", "job_state"]
+
+
+def job_state(states: Iterable[str | None]) -> JobState | None:
+    """The job's state from its nodes' states: the worst (WORST_FIRST), else `pending` while
+    a cluster holds it; None when the nodes say nothing yet (the record stands)."""
+    present = set(states)
+    for state in WORST_FIRST:
+        if state in present:
+            return state
+    return JobState.PENDING if JobState.PENDING in present else None
+
+
+def is_final(states: list[str | None], state: JobState) -> bool:
+    """The nodes decide the job's end: one failed, was lost, timed out or was cancelled, or
+    every node succeeded."""
+    return state in TERMINAL and (state != JobState.SUCCEEDED or set(states) == {state})
+
+
+def exit_code_of(status: NodeStatus) -> int:
+    """One ended node's exit code: a lost node's is 1 (its code died with it), a failed
+    node's its own or 1, a timed-out node's 124 (as GNU `timeout`)."""
+    state, code = status.get("state"), status.get("exit_code")
+    if state == JobState.LOST:
+        return 1
+    if state == JobState.FAILED:
+        return int(code or 1)
+    if code is None and state == JobState.TIMED_OUT:
+        return TIMED_OUT_CODE
+    return int(code) if code is not None else (0 if state == JobState.SUCCEEDED else 1)
+
+
+def first_failed(statuses: list[NodeStatus]) -> int | None:
+    """The rank that failed first, by the time its agent recorded the end: the cause, when
+    the others failed because of it."""
+    failed = [r for r, s in enumerate(statuses) if s.get("state") in NODE_FAILURES]
+    return min(failed, key=lambda r: (statuses[r].get("ended_at") or float("inf"), r), default=None)
+
+
+def job_exit_code(statuses: list[NodeStatus]) -> int:
+    """The job's exit code: the first failing node's, else the first nonzero, else 0."""
+    cause = first_failed(statuses)
+    if cause is not None:
+        return exit_code_of(statuses[cause])
+    for status in statuses:
+        code = status.get("exit_code")
+        if is_terminal(status.get("state")) and code:
+            return int(code)
+    return 0
+
+
+def recorded_exit_code(job: JobRecord) -> int:
+    """The exit code a command ends with for a job recorded as ended."""
+    if job.state == JobState.TIMED_OUT:
+        return TIMED_OUT_CODE
+    if job.exit_code is not None:
+        return job.exit_code
+    return 0 if job.state == JobState.SUCCEEDED else 1
 
 
 def record_job_state(
     db: StateDB, job: JobRecord, statuses: list[NodeStatus]
 ) -> tuple[str, int | None, str | None]:
-    """The job's state from its nodes' (the worst wins) and the line to show: the last line
-    of the node that decided it."""
+    """The job's state from its nodes' and the line to show: the last line of the node that
+    decided it (a time limit's reason). An end is recorded; a job still running is not."""
     states = [s.get("state") for s in statuses]
-    for state in WORST_FIRST:
-        if state in states:
-            node = next(s for s in statuses if s.get("state") == state)
-            code = node.get("exit_code")
-            last = node.get("reason") if state == TIMED_OUT else node.get("last_line")
-            if state in ("lost", TIMED_OUT, "failed", "cancelled") or set(states) == {"succeeded"}:
-                code = code if code is not None else (0 if state == "succeeded" else 1)
-                db.update_job(job.id, state, exit_code=code, last_line=last)
-            return state, code, last
-    if "pending" in states:  # queued on a cluster: why SLURM holds it (targets/slurm/cluster.py)
-        pending = next(s for s in statuses if s.get("state") == "pending")
-        return "pending", None, pending.get("reason")
-    return job.state, job.exit_code, job.last_line
+    state = job_state(states)
+    if state is None:
+        return job.state, job.exit_code, job.last_line
+    node = next(s for s in statuses if s.get("state") == state)
+    if state == JobState.PENDING:  # queued on a cluster: why SLURM holds it
+        return state, None, node.get("reason")
+    last = node.get("reason") if state == JobState.TIMED_OUT else node.get("last_line")
+    code = node.get("exit_code")
+    if is_final(states, state):
+        code = exit_code_of(node) if code is None or state == JobState.LOST else code
+        db.update_job(job.id, state, exit_code=code, last_line=last)
+    return state, code, last

@@ -26,10 +26,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from launcher.agent.states import TERMINAL
 from launcher.errors import GpujobError
+from launcher.jobs.state import (
+    NODE_FAILURES,
+    JobState,
+    exit_code_of,
+    first_failed,
+    is_terminal,
+    record_job_state,
+)
 from launcher.paths import state_dir
 from launcher.runtime.agent import NodeStatus
 from launcher.say import say
@@ -37,9 +43,7 @@ from launcher.state.db import JobRecord, StateDB
 from launcher.supervise.detached import spawn, try_lock
 from launcher.targets.base import Node, close_all, target_for
 
-FAILED = ("failed", "lost")
-"""A node's end that fails the job (a cancel or a time limit is everyone's, not one node's)."""
-ENDED_WELL = ("cancelled", "succeeded", "timed out")
+ENDED_WELL = (JobState.CANCELLED, JobState.SUCCEEDED, JobState.TIMED_OUT)
 """A job recorded so has nothing left to keep."""
 POLL_S = float(os.environ.get("GPUJOB_KEEPER_POLL_S", "5"))
 GIVE_UP_S = 600.0
@@ -61,16 +65,9 @@ def needs_keeper(job: JobRecord) -> bool:
 
 def others_to_stop(states: list[str | None]) -> list[int]:
     """The ranks to cancel: those not yet ended once another node has failed or been lost."""
-    if not any(state in FAILED for state in states):
+    if not any(state in NODE_FAILURES for state in states):
         return []
-    return [rank for rank, state in enumerate(states) if state not in TERMINAL]
-
-
-def first_failed(statuses: list[dict[str, Any]]) -> int | None:
-    """The rank that failed first, by the time its agent recorded the end: the cause, when
-    the others failed because of it."""
-    failed = [r for r, s in enumerate(statuses) if s.get("state") in FAILED]
-    return min(failed, key=lambda r: (statuses[r].get("ended_at") or float("inf"), r), default=None)
+    return [rank for rank, state in enumerate(states) if not is_terminal(state)]
 
 
 def log_path(job_id: str) -> Path:
@@ -176,7 +173,7 @@ def _poll(db: StateDB, job: JobRecord, nodes: Nodes, asked: dict[int, float]) ->
     """One look at every node, and what follows from it: None to look again, else the
     keeper's exit code."""
     recorded = db.job(job.id)
-    if recorded is not None and recorded.state == "cancelled":
+    if recorded is not None and recorded.state == JobState.CANCELLED:
         note(f"job {job.id} was cancelled; nothing left to keep")
         return 0
     read = nodes.read()
@@ -198,31 +195,28 @@ def _poll(db: StateDB, job: JobRecord, nodes: Nodes, asked: dict[int, float]) ->
         for rank in due:
             nodes.cancel(rank)
             asked[rank] = now
-    if not all(state in TERMINAL for state in states):
+    if not all(is_terminal(state) for state in states):
         return None
     _record_end(db, job, statuses)
     return 0
 
 
-def _silent(gone: bool) -> dict[str, Any]:
+def _silent(gone: bool) -> NodeStatus:
     if gone:
-        return {"state": "lost", "exit_code": None,
+        return {"state": JobState.LOST, "exit_code": None,
                 "last_line": f"its host answered no status for {GIVE_UP_S:.0f} s"}  # fmt: skip
     return {"state": None}
 
 
-def _record_end(db: StateDB, job: JobRecord, statuses: list[dict[str, Any]]) -> None:
+def _record_end(db: StateDB, job: JobRecord, statuses: list[NodeStatus]) -> None:
     """The job's end: the first failed node's state, exit code and last line, as a follower
-    records it; with no failure, the nodes' worst (status.py)."""
+    records it; with no failure, the nodes' worst (jobs/state.py)."""
     cause = first_failed(statuses)
     if cause is None:
-        from launcher.jobs.state import record_job_state
-
         state, code, _ = record_job_state(db, job, statuses)
     else:
         status = statuses[cause]
-        state = str(status["state"])
-        code = 1 if state == "lost" else int(status.get("exit_code") or 1)
+        state, code = str(status.get("state")), exit_code_of(status)
         db.update_job(job.id, state, exit_code=code, last_line=status.get("last_line"))
     note(f"job {job.id} {state} (exit code {code})")
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launcher.errors import GpujobError
+from launcher.jobs.state import JobState, recorded_exit_code
 from launcher.remote.base import Connection
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
@@ -50,7 +51,7 @@ def follow_attempts(
         if record.over:
             shown = _say_events(rdb, job.id, shown)
             return _exit_code(current)
-        if record.phase != RECOVERING and current.state != "recovering":
+        if record.phase != RECOVERING and current.state != JobState.RECOVERING:
             attempt = record.restarts
             try:
                 _follow_attempt(db, current, node, opened, first_reads)
@@ -174,11 +175,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def _exit_code(job: JobRecord) -> int:
-    from launcher.agent.limits import TIMED_OUT_CODE
-    from launcher.agent.states import TIMED_OUT
-
-    if job.state == TIMED_OUT:
-        return TIMED_OUT_CODE
-    code = job.exit_code if job.exit_code is not None else (0 if job.state == "succeeded" else 1)
-    say(f"job {job.id} {job.state} (exit code {code})")
+    code = recorded_exit_code(job)
+    if job.state != JobState.TIMED_OUT:
+        say(f"job {job.id} {job.state} (exit code {code})")
     return code

@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import GpujobError
+from launcher.jobs.state import JobState
 from launcher.plan.recovery import Finished, Policy, Recover, Stop, Unreachable, Watch, decide
 from launcher.plan.recovery import rent_delay_s as next_delay
 from launcher.say import say
@@ -91,8 +92,8 @@ def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
         assert record is not None and job is not None
         if record.over:
             return 0
-        if job.state == "cancelled":  # `gpujob cancel` or `down`: the user's word, not a loss
-            return _finish(job, Finished("cancelled", job.exit_code or 1), rdb)
+        if job.state == JobState.CANCELLED:  # `gpujob cancel` or `down`: the user's word
+            return _finish(job, Finished(JobState.CANCELLED, job.exit_code or 1), rdb)
         now = time.monotonic()
         decision = decide(policy, record.restarts, observe(job, unreachable, now), now)
         if isinstance(decision, Watch):
@@ -104,7 +105,7 @@ def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
             return _finish(job, decision, rdb)
         elif isinstance(decision, Stop):
             return _stop(job, decision, rdb, record.restarts)
-        elif (db.job(job_id) or job).state == "cancelled":  # `down` took the hosts meanwhile
+        elif (db.job(job_id) or job).state == JobState.CANCELLED:  # `down` took the hosts meanwhile
             continue
         else:
             stopped = _recover(job, decision, policy, rdb, record.restarts + 1, record.request)
@@ -160,7 +161,7 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
         return _stop(job, Stop(f"cannot read the checkpoints in S3: {error.one_line()}"), rdb,
                      restart - 1)  # fmt: skip
     line = decision.line(restart, policy.max_restarts, checkpoint.step if checkpoint else None)
-    StateDB().update_job(job.id, "recovering", last_line=line)
+    StateDB().update_job(job.id, JobState.RECOVERING, last_line=line)
     rdb.say(job.id, restart - 1, line)
     say(line)
     tries = 0
@@ -204,7 +205,7 @@ def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
     if job is not None:
         with _signals_held():
             terminate_hosts(job, "the job was cancelled while it was recovered")
-            db.update_job(job_id, "cancelled", exit_code=job.exit_code)
+            db.update_job(job_id, JobState.CANCELLED, exit_code=job.exit_code)
     say(f"job {job_id}: cancelled by the user while it was recovered; no restart")
     return True
 

@@ -16,6 +16,7 @@ from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus, agent_argv
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
+from launcher.state.job_states import JobState
 from launcher.targets.base import (
     BeforeStart,
     JobInput,
@@ -133,7 +134,7 @@ class HostsTarget:
         record = JobRecord(
             id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
             runtime=plan.runtime, hosts=submission.placed.records, node_dirs=plan.node_dirs,
-            state="starting", exit_code=None, created_at=time.time(), ended_at=None,
+            state=JobState.STARTING, exit_code=None, created_at=time.time(), ended_at=None,
             last_line=None, logs_to=plan.logs_to,
         )  # fmt: skip
         if request.attempt:
@@ -143,10 +144,10 @@ class HostsTarget:
         try:
             first_reads = apply_plan(plan, submission.placed.connections, say)
         except BaseException:
-            db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
+            db.update_job(job_id, JobState.FAILED, exit_code=1, last_line="failed to start")
             raise
         kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
-        db.update_job(job_id, "running")
+        db.update_job(job_id, JobState.RUNNING)
         return Started(job_id, dict(submission.placed.connections), first_reads, kept)
 
     def hand_over(self) -> list[str]:
@@ -212,7 +213,7 @@ class HostsTarget:
             close_all([node.connection for node in nodes])
         if failures:
             raise GpujobError(f"cancel failed on {'; '.join(failures)}")
-        StateDB().update_job(job.id, "cancelled")
+        StateDB().update_job(job.id, JobState.CANCELLED)
         return f"job {job.id} cancelled on {len(nodes)} node(s)"
 
     def release(self, job: JobRecord, why: str) -> list[str]:

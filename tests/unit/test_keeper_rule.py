@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.supervise.keeper import first_failed, others_to_stop
+from launcher.jobs.state import first_failed
+from launcher.supervise.keeper import others_to_stop
 
 
 @pytest.mark.parametrize(

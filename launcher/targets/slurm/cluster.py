@@ -27,6 +27,7 @@ from launcher.paths import hosts_file
 from launcher.plan.slurm import STATE_WORDS, SlurmCluster, exit_code
 from launcher.remote.base import Connection, Result, Sink
 from launcher.remote.hosts import HostEntry, host_entry
+from launcher.state.job_states import JobState
 
 PROVIDER = "slurm"
 FIELDS = ("name", "type", "address", "port", "user", "key", "partition", "account", "qos",
@@ -152,23 +153,24 @@ def node_status(agent: dict[str, Any], view: SlurmJobView) -> dict[str, Any]:
     """The node's status: its agent's where it recorded one that SLURM does not contradict;
     SLURM's while the job waits, and where the node ended without recording it."""
     state = agent.get("state")
-    if state in STATE_WORDS.values() or state == "lost":
+    if state in STATE_WORDS.values() or state == JobState.LOST:
         return agent
     slurm = view.state
     shown = {**agent, "slurm_state": slurm, "slurm_reason": view.reason}
-    if slurm in WAITING and state not in ("starting", "running"):  # (the view may be stale)
-        return {**shown, "state": "pending", "reason": f"SLURM {slurm} ({view.reason})"}
+    started = (JobState.STARTING, JobState.RUNNING)
+    if slurm in WAITING and state not in started:  # (the view may be stale)
+        return {**shown, "state": JobState.PENDING, "reason": f"SLURM {slurm} ({view.reason})"}
     ended = STATE_WORDS.get(slurm)
     if ended is None:
-        return shown if state in ("starting", "running") else {**shown, "state": "starting"}
-    if ended == "timed out":
+        return shown if state in started else {**shown, "state": JobState.STARTING}
+    if ended == JobState.TIMED_OUT:
         reason = "timed out: SLURM's time limit (--time) ended it before the agent recorded it"
         return {**shown, "state": ended, "exit_code": 124, "reason": reason}
-    code = view.code if view.code is not None else (0 if ended == "succeeded" else 1)
-    if ended == "cancelled" and not view.code:  # SLURM's 0:0 for a job cancelled PENDING
+    code = view.code if view.code is not None else (0 if ended == JobState.SUCCEEDED else 1)
+    if ended == JobState.CANCELLED and not view.code:  # SLURM's 0:0 for a job cancelled PENDING
         code = CANCELLED_CODE
     reason = f"SLURM {slurm}" + (f" ({view.reason})" if view.reason not in ("", "None") else "")
-    if view.tail and ended != "succeeded":  # no agent recorded an end: SLURM's own output
+    if view.tail and ended != JobState.SUCCEEDED:  # no agent recorded an end: SLURM's own output
         reason += f"; {view.out_file.rsplit('/', 1)[-1]} ends: {view.tail[-1].strip()}"
     return {**shown, "state": ended, "exit_code": code, "reason": reason}
 

@@ -24,6 +24,7 @@ from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
+from launcher.state.job_states import JobState
 from launcher.targets.base import JobInput, LaunchRequest, Started
 
 if TYPE_CHECKING:
@@ -261,7 +262,7 @@ def queue(submission: SlurmSubmission) -> Started:
         JobRecord(
             id=plan.job_id, name=spec.name, spec_path=str(loaded.path), provider="slurm",
             runtime="bare", hosts=[login.to_record()] * spec.nodes, node_dirs=plan.node_dirs,
-            state="pending", exit_code=None, created_at=started, ended_at=None,
+            state=JobState.PENDING, exit_code=None, created_at=started, ended_at=None,
             last_line=None, logs_to=plan.logs_to, scheduler_job=slurm_job,
         )
     )  # fmt: skip
@@ -366,7 +367,7 @@ def slurm_cancel(job: JobRecord, grace_s: float, login: Connection) -> str:
         StateDB().update_job(job.id, ended, exit_code=code)
         return (f"job {job.id} had already ended: SLURM job {job.scheduler_job} {view.state} "
                 f"(exit code {code}); nothing to cancel")  # fmt: skip
-    StateDB().update_job(job.id, "cancelled", exit_code=143)
+    StateDB().update_job(job.id, JobState.CANCELLED, exit_code=143)
     return (f"job {job.id} cancelled (SLURM job {job.scheduler_job}: {view.state or 'gone'}; "
             f"grace {grace} s, at most SLURM's KillWait)")  # fmt: skip
 
