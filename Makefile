@@ -21,6 +21,7 @@ run: $(STAMP)
 test: $(STAMP) deps
 	$(VENV)/bin/ruff check launcher tests infra bench jobs
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint .github/workflows/images.yml
 	$(VENV)/bin/python -m pytest -q
 

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from launcher.errors import GpujobError, UsageError
 from launcher.state.owner import TAG as TAG  # the tag and the names it starts, re-exported
@@ -139,7 +139,7 @@ class Instance:
     None for an instance from before owners."""
     user: str | None = field(default=None, compare=False)
     """Who launched it, where the cloud's tags say."""
-    cloud_status: dict[str, Any] = field(default_factory=dict, compare=False)
+    cloud_status: dict[str, object] = field(default_factory=dict, compare=False)
     """The cloud's own status fields, as it gave them, where `detail` (one word) is not all
     it said (Vast: actual_status, intended_status, cur_state, next_state, status_msg,
     is_bid); empty when the cloud no longer knows the instance. `status` folds them; a loss

@@ -101,7 +101,7 @@ class Vast:
             raise shape_error(self.name, f"{method} {path}", f'an object with "{expected_key}"')
         if isinstance(body, dict) and body.get("success") is False:
             raise ProviderError(f"{self.name}: {body.get('msg') or body.get('error')}")
-        return body[expected_key] if expected_key else body
+        return body[expected_key] if expected_key and isinstance(body, dict) else body
 
     # --- offers ---------------------------------------------------------------------------
     def query(self, request: GpuRequest) -> dict[str, Any]:

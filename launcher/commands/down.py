@@ -61,7 +61,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
-        results = list(pool.map(lambda t: _terminate(*t, db, timeout), targets))
+        results = list(pool.map(lambda t: _terminate(t[0], t[1], db, timeout), targets))
     failures = [r for r in results if r]
     for line in failures:
         say(line)

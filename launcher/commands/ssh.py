@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -77,7 +77,7 @@ def _foreground(proc: subprocess.Popen[bytes]) -> Iterator[None]:
     def pass_on(signum: int, _frame: FrameType | None) -> None:
         proc.send_signal(signum)
 
-    handlers = {
+    handlers: dict[signal.Signals, signal.Handlers | Callable[[int, FrameType | None], None]] = {
         signal.SIGINT: signal.SIG_IGN,  # the terminal sends it to ssh too
         signal.SIGQUIT: signal.SIG_IGN,
         signal.SIGTERM: pass_on,

@@ -9,24 +9,52 @@ that does not answer shows `unreachable` without changing the record.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from launcher.jobs.state import JobState, record_job_state
 from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord, StateDB
 from launcher.targets.base import target_for
 
+if TYPE_CHECKING:
+    from launcher.supervise.recover import RecoveryNote
 
-def status_rows(limit: int = 20) -> list[dict[str, Any]]:
+
+class NodeRow(TypedDict, total=False):
+    rank: int
+    state: str | None
+    exit_code: int | None
+    last_line: str
+    slurm: str
+
+
+class JobRow(TypedDict, total=False):
+    """A job as `status --json` shows it."""
+
+    id: str
+    name: str
+    state: str
+    exit_code: int | None
+    nodes: int
+    provider: str
+    runtime: str
+    runtime_s: float
+    last_line: str
+    warning: str
+    node_states: list[NodeRow]
+    recovery: RecoveryNote
+
+
+def status_rows(limit: int = 20) -> list[JobRow]:
     """Jobs, newest first, refreshed from their agents."""
     from launcher.supervise.recover import status_note
 
     db = StateDB()
-    rows = []
+    rows: list[JobRow] = []
     for job in db.jobs(limit):
         state, code, last = job.state, job.exit_code, job.last_line
-        nodes: list[dict[str, Any]] = [{"rank": rank, "state": state}
-                                       for rank in range(len(job.node_dirs))]  # fmt: skip
+        nodes: list[NodeRow] = [{"rank": rank, "state": state}
+                                for rank in range(len(job.node_dirs))]  # fmt: skip
         statuses = None
         recovery = status_note(job.id)
         if recovery is not None and recovery["phase"] == "recovering":
@@ -40,15 +68,15 @@ def status_rows(limit: int = 20) -> list[dict[str, Any]]:
                 state, code, last = record_job_state(db, job, statuses)
         refreshed = db.job(job.id) or job
         runtime_s = (refreshed.ended_at or time.time()) - job.created_at
-        rows.append(
-            {
-                "id": job.id, "name": job.name, "state": state, "exit_code": code,
-                "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
-                "runtime_s": round(runtime_s, 1), "last_line": last or "",
-                "warning": _care_warning(job, statuses), "node_states": nodes,
-                **({"recovery": recovery} if recovery is not None else {}),
-            }
-        )  # fmt: skip
+        row: JobRow = {
+            "id": job.id, "name": job.name, "state": state, "exit_code": code,
+            "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
+            "runtime_s": round(runtime_s, 1), "last_line": last or "",
+            "warning": _care_warning(job, statuses), "node_states": nodes,
+        }  # fmt: skip
+        if recovery is not None:
+            row["recovery"] = recovery
+        rows.append(row)
     return rows
 
 
@@ -72,18 +100,18 @@ def _care_warning(job: JobRecord, statuses: list[NodeStatus] | None = None) -> s
     return ""
 
 
-def for_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def for_table(rows: list[JobRow]) -> list[dict[str, object]]:
     """Each node's state in the `nodes` column: `2: 0 running, 1 failed`."""
-    shown = []
+    shown: list[dict[str, object]] = []
     for row in rows:
         nodes = row["node_states"]
         detail = ", ".join(f"{n['rank']} {n['state']}" for n in nodes)
-        shown.append(dict(row, nodes=f"{len(nodes)}: {detail}" if len(nodes) > 1 else "1",
-                          recovery=recovery_text(row.get("recovery"))))  # fmt: skip
+        shown.append({**row, "nodes": f"{len(nodes)}: {detail}" if len(nodes) > 1 else "1",
+                      "recovery": recovery_text(row.get("recovery"))})  # fmt: skip
     return shown
 
 
-def recovery_text(recovery: dict[str, Any] | None) -> str:
+def recovery_text(recovery: RecoveryNote | None) -> str:
     """The recovery column: who follows the job and how many restarts it has made."""
     if not recovery:
         return ""
@@ -97,11 +125,10 @@ def recovery_text(recovery: dict[str, Any] | None) -> str:
     return f"{who}, {restarts}"
 
 
-def _node_row(rank: int, status: NodeStatus) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "state": status.get("state"),
-        "exit_code": status.get("exit_code"),
-        "last_line": status.get("last_line") or "",
-        **({"slurm": status["slurm"]} if status.get("slurm") else {}),  # its state and reason
-    }
+def _node_row(rank: int, status: NodeStatus) -> NodeRow:
+    row: NodeRow = {"rank": rank, "state": status.get("state"),
+                    "exit_code": status.get("exit_code"),
+                    "last_line": status.get("last_line") or ""}  # fmt: skip
+    if status.get("slurm"):
+        row["slurm"] = status["slurm"]  # its state and reason
+    return row

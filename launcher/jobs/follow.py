@@ -53,7 +53,7 @@ def show_log(
     node: int | None = None,
     tail: int | None = None,
     opened: Mapping[str, Connection] | None = None,
-    first_reads: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
+    first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None,
     on_stop: Callable[[], None] = lambda: None,
 ) -> int:
     """The job's log from its target's nodes. `opened`: connections by host name already
@@ -86,7 +86,7 @@ def _logs(
     follow: bool,
     node: int | None,
     tail: int | None,
-    first: dict[int, tuple[bytes, dict[str, Any]]] | None,
+    first: dict[int, tuple[bytes, dict[str, object]]] | None,
     on_stop: Callable[[], None],
 ) -> int:
     from launcher.runtime.logs import NodeStream, Output, follow_logs, stop_on_signals
@@ -162,8 +162,10 @@ def _logs(
         return 0
     code = job_exit_code(statuses)  # type: ignore[arg-type]
     texts = {s.rank: _tail_text(s) for s in done if s.status.get("state") in NODE_FAILURES}
-    first = first_failed(statuses)  # type: ignore[arg-type]
-    cause = pick_cause(done, texts) if len(done) > 1 else None if first is None else done[first]
+    earliest = first_failed(statuses)  # type: ignore[arg-type]
+    cause = pick_cause(done, texts) if len(done) > 1 else None
+    if len(done) == 1 and earliest is not None:
+        cause = done[earliest]
     if cause is not None:
         code = exit_code_of(cause.status) if cause.status.get("state") == JobState.FAILED else code
     ending = _ending(done, state, cause)

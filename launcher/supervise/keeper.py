@@ -151,7 +151,7 @@ def keep(job_id: str) -> int:
         note(f"job {job_id}: not in {state_dir()}")
         return 1
     note(f"job {job_id}: keeping the failure rule on its {len(job.node_dirs)} nodes")
-    nodes, asked, bad = Nodes(job), {}, 0
+    nodes, asked, bad = Nodes(job), dict[int, float](), 0
     try:
         while True:
             try:

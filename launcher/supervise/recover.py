@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from launcher.paths import state_dir
 from launcher.plan.recovery import Policy
@@ -90,7 +90,15 @@ def ensure_controller(job_id: str) -> None:
         say(f"job {job_id}: its recovery controller was not running; started it (pid {pid})")
 
 
-def status_note(job_id: str) -> dict[str, Any] | None:
+class RecoveryNote(TypedDict):
+    phase: str
+    restarts: int
+    max_restarts: int
+    controller_pid: int | None
+    line: str
+
+
+def status_note(job_id: str) -> RecoveryNote | None:
     """`status`'s view of a job's recovery: phase, restarts, the controller's pid (None
     when no controller runs), the last line."""
     record = RecoveryDB().get(job_id)

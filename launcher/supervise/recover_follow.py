@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from launcher.errors import GpujobError
 from launcher.jobs.state import JobState, recorded_exit_code
@@ -34,7 +33,7 @@ def follow_attempts(
     job: JobRecord,
     node: int | None = None,
     opened: Mapping[str, Connection] | None = None,
-    first_reads: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
+    first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None,
 ) -> int:
     """`opened`: connections by host name submit already has (its first attempt's)."""
     from launcher.supervise.recover import ensure_controller
@@ -98,7 +97,7 @@ def _follow_attempt(
     job: JobRecord,
     node: int | None,
     opened: Mapping[str, Connection] | None,
-    first: dict[int, tuple[bytes, dict[str, Any]]] | None,
+    first: dict[int, tuple[bytes, dict[str, object]]] | None,
 ) -> None:
     """This attempt's logs, from where the last follow of it stopped, until every node has
     ended or a host stops answering."""

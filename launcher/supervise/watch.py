@@ -5,7 +5,6 @@ the job still running, its keeper takes over the failure rule."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from launcher.remote.base import Connection
 from launcher.state.db import JobRecord, StateDB
@@ -18,7 +17,7 @@ def follow_job(
     node: int | None = None,
     tail: int | None = None,
     opened: Mapping[str, Connection] | None = None,
-    first_reads: dict[int, tuple[bytes, dict[str, Any]]] | None = None,
+    first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None,
 ) -> int:
     from launcher.jobs.follow import show_log
 

@@ -138,7 +138,8 @@ class Node:
         """The agent's status, or None while its host does not answer."""
         try:
             result = self.connection.run(agent_argv(self.agent_python, self.node_dir, "status"))
-            return json.loads(result.stdout) if result.ok else None  # type: ignore[no-any-return]
+            status: NodeStatus | None = json.loads(result.stdout) if result.ok else None
+            return status
         except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a handshake cut off
             return None
 

@@ -86,7 +86,7 @@ class EarlyContact:
 def resolved_address(address: str) -> str:
     """An IP for a name (an ~/.ssh/config alias is resolved by the caller first)."""
     try:
-        return socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0][4][0]
+        return str(socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0][4][0])
     except socket.gaierror as err:
         raise UsageError(f"cannot resolve host {address}: {err.strerror}") from None
 

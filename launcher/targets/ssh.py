@@ -14,8 +14,18 @@ if TYPE_CHECKING:
     from launcher.spec.image import ImageDefinition
     from launcher.targets.placement import EarlyContact, Placement
 
-REMOTE_TRAITS = dict(on_this_machine=False, runs_in_image=False, stops_others_on_failure=True,
-                     agent_python="python3")  # fmt: skip
+
+def remote_traits(*, rents_hosts: bool, runs_in_image: bool = False) -> Traits:
+    """Nodes on hosts reached over SSH: the host's python3 runs the agent; gpujob stops the
+    other nodes when one fails. Only hosts gpujob rents can be replaced (recovery)."""
+    return Traits(
+        on_this_machine=False,
+        rents_hosts=rents_hosts,
+        runs_in_image=runs_in_image,
+        stops_others_on_failure=True,
+        recoverable=rents_hosts,
+        agent_python="python3",
+    )
 
 
 class RemoteHostsTarget(HostsTarget):
@@ -32,7 +42,7 @@ class RemoteHostsTarget(HostsTarget):
 
 class SshTarget(RemoteHostsTarget):
     kind = "ssh"
-    traits = Traits(rents_hosts=False, recoverable=False, **REMOTE_TRAITS)  # type: ignore[arg-type]
+    traits = remote_traits(rents_hosts=False)
 
     def __init__(self) -> None:
         self.early: EarlyContact | None = None

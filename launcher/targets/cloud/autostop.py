@@ -182,7 +182,7 @@ def record(db: HostsDB, provider: Provider, inst: Instance, options: UpOptions) 
 # -- gpujob status ---------------------------------------------------------------------------
 
 
-def with_autostop(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_autostop(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """Each host row's `autostop` (`30m idle -> terminate; ...`) and, where the host answers
     cheaply (a master connection to it is up: one channel, no handshake), its deadline read
     from the watcher's state there; otherwise the deadline is said to be unknown. Reading it

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.errors import UsageError
 from launcher.paths import config_file
@@ -134,7 +133,7 @@ def clear_cost(
     )
 
 
-def budget_warnings(hosts: list[dict[str, Any]]) -> list[str]:
+def budget_warnings(hosts: list[dict[str, object]]) -> list[str]:
     """`status`: one line per host whose cost so far passed its share of the budget it was
     rented under (`host_rows` says `over_budget`)."""
     return [

@@ -12,8 +12,8 @@ from launcher.clouds.base import Instance
 from launcher.errors import GpujobError
 from launcher.say import say
 from launcher.state.db import JobRecord
-from launcher.targets.base import JobInput, LaunchRequest, Traits
-from launcher.targets.ssh import REMOTE_TRAITS, RemoteHostsTarget
+from launcher.targets.base import JobInput, LaunchRequest
+from launcher.targets.ssh import RemoteHostsTarget, remote_traits
 
 if TYPE_CHECKING:
     from launcher.remote.hosts import HostEntry
@@ -53,9 +53,7 @@ class CloudTarget(RemoteHostsTarget):
         self.rent = rent
         """The command's rent (None for a dry run, or a job already running)."""
         in_image = bool(trait(kind, "runs_in_image", False))
-        self.traits = Traits(
-            rents_hosts=True, recoverable=True, **{**REMOTE_TRAITS, "runs_in_image": in_image}
-        )  # type: ignore[arg-type]
+        self.traits = remote_traits(rents_hosts=True, runs_in_image=in_image)
 
     def place(
         self, job: JobInput, request: LaunchRequest

@@ -20,7 +20,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
 from launcher.paths import hosts_file
@@ -28,6 +28,9 @@ from launcher.plan.slurm import STATE_WORDS, SlurmCluster, exit_code
 from launcher.remote.base import Connection, Result, Sink
 from launcher.remote.hosts import HostEntry, host_entry
 from launcher.state.job_states import JobState
+
+if TYPE_CHECKING:
+    from launcher.remote.batch import Op, Outcome
 
 PROVIDER = "slurm"
 FIELDS = ("name", "type", "address", "port", "user", "key", "partition", "account", "qos",
@@ -219,6 +222,15 @@ class SlurmNode:
 
     def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
         return self.login.run(argv, stream=stream)
+
+    def put(self, path: str, content: bytes, mode: int) -> None:
+        self.login.put(path, content, mode)
+
+    def put_file(self, source: str, path: str, mode: int) -> None:
+        self.login.put_file(source, path, mode)
+
+    def batch(self, ops: list[Op]) -> Outcome:
+        return self.login.batch(ops)
 
     def close(self) -> None:
         self.login.close()
