@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, TypedDict
 
-from launcher.jobs.state import JobState, record_job_state
+from launcher.jobs.state import JobState, refresh
 from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord, StateDB
 from launcher.targets.base import target_for
@@ -59,13 +59,11 @@ def status_rows(limit: int = 20) -> list[JobRow]:
         recovery = status_note(job.id)
         if recovery is not None and recovery["phase"] == "recovering":
             state = JobState.RECOVERING  # its hosts are being replaced: none to ask
-        elif not job.terminal:
-            statuses = target_for(job).statuses(job)
-            if statuses is None:
-                state = JobState.UNREACHABLE
-            else:
+        else:
+            seen = refresh(db, job)
+            state, code, last, statuses = seen.state, seen.exit_code, seen.last_line, seen.nodes
+            if statuses is not None:
                 nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
-                state, code, last = record_job_state(db, job, statuses)
         refreshed = db.job(job.id) or job
         runtime_s = (refreshed.ended_at or time.time()) - job.created_at
         row: JobRow = {

@@ -13,6 +13,7 @@ stale (`refresh`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from launcher.agent.limits import TIMED_OUT_CODE
 from launcher.runtime.agent import NodeStatus
@@ -24,6 +25,7 @@ from launcher.state.job_states import (
     JobState,
     is_terminal,
 )
+from launcher.targets.base import target_for
 
 __all__ = ["NODE_FAILURES", "TERMINAL", "JobState", "is_terminal", "job_state"]
 
@@ -103,3 +105,27 @@ def record_job_state(
         code = exit_code_of(node) if code is None or state == JobState.LOST else code
         db.update_job(job.id, state, exit_code=code, last_line=last)
     return state, code, last
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A job as its nodes say it is now (`nodes` None: not asked, or a host did not answer)."""
+
+    state: str
+    exit_code: int | None
+    last_line: str | None
+    nodes: list[NodeStatus] | None = None
+
+
+def refresh(db: StateDB, job: JobRecord) -> Seen:
+    """A job's state for `status`: a job not ended is asked through its target and what its
+    nodes say is recorded; a host that does not answer shows `unreachable`, the record kept.
+    The rules for a record that may be stale go here (a job recorded but never started, one
+    recorded as ended that still runs)."""
+    if job.terminal:
+        return Seen(job.state, job.exit_code, job.last_line)
+    statuses = target_for(job).statuses(job)
+    if statuses is None:
+        return Seen(JobState.UNREACHABLE, job.exit_code, job.last_line)
+    state, code, last = record_job_state(db, job, statuses)
+    return Seen(state, code, last, statuses)
