@@ -12,11 +12,10 @@ import time
 from typing import TYPE_CHECKING, TypedDict
 
 from launcher.jobs.state import JobState, refresh
-from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord, StateDB
-from launcher.targets.base import target_for
 
 if TYPE_CHECKING:
+    from launcher.runtime.agent import NodeStatus
     from launcher.supervise.recover import RecoveryNote
 
 
@@ -83,6 +82,8 @@ def _care_warning(job: JobRecord, statuses: list[NodeStatus] | None = None) -> s
     care, the idle policy), from the statuses just read, else (a local job) from its status
     files. A timed-out job says so in its last line."""
     if statuses is None:
+        from launcher.targets.base import target_for
+
         target = target_for(job)
         if not target.traits.on_this_machine:
             return ""

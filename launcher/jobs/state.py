@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from launcher.agent.limits import TIMED_OUT_CODE
-from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord, StateDB
 from launcher.state.job_states import (
     NODE_FAILURES,
@@ -25,7 +24,9 @@ from launcher.state.job_states import (
     JobState,
     is_terminal,
 )
-from launcher.targets.base import target_for
+
+if TYPE_CHECKING:
+    from launcher.runtime.agent import NodeStatus
 
 __all__ = ["NODE_FAILURES", "TERMINAL", "JobState", "is_terminal", "job_state"]
 
@@ -49,6 +50,8 @@ def is_final(states: list[str | None], state: JobState) -> bool:
 def exit_code_of(status: NodeStatus) -> int:
     """One ended node's exit code: a lost node's is 1 (its code died with it), a failed
     node's its own or 1, a timed-out node's 124 (as GNU `timeout`)."""
+    from launcher.agent.limits import TIMED_OUT_CODE  # here: it brings subprocess along
+
     state, code = status.get("state"), status.get("exit_code")
     if state == JobState.LOST:
         return 1
@@ -80,6 +83,8 @@ def job_exit_code(statuses: list[NodeStatus]) -> int:
 
 def recorded_exit_code(job: JobRecord) -> int:
     """The exit code a command ends with for a job recorded as ended."""
+    from launcher.agent.limits import TIMED_OUT_CODE
+
     if job.state == JobState.TIMED_OUT:
         return TIMED_OUT_CODE
     if job.exit_code is not None:
@@ -122,6 +127,8 @@ def refresh(db: StateDB, job: JobRecord) -> Seen:
     nodes say is recorded; a host that does not answer shows `unreachable`, the record kept.
     The rules for a record that may be stale go here (a job recorded but never started, one
     recorded as ended that still runs)."""
+    from launcher.targets.base import target_for
+
     if job.terminal:
         return Seen(job.state, job.exit_code, job.last_line)
     statuses = target_for(job).statuses(job)

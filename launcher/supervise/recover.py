@@ -17,14 +17,16 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from launcher.paths import state_dir
 from launcher.plan.recovery import Policy
 from launcher.say import say
 from launcher.state.recovery import RecoveryDB
 from launcher.supervise.detached import spawn, try_lock
-from launcher.targets.base import LaunchRequest
+
+if TYPE_CHECKING:
+    from launcher.targets.base import LaunchRequest
 
 REQUEST_FIELDS = ("sets", "up", "provider", "runtime", "allow_cpu", "disk", "max_price",
                   "max_cost", "autostop_key_on_host")  # fmt: skip
