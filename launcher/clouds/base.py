@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from launcher.errors import GpujobError, UsageError
 from launcher.state.owner import TAG as TAG  # the tag and the names it starts, re-exported
@@ -171,6 +171,19 @@ def host_api_url(variable: str, url: str) -> str:
     return (os.environ.get(variable) or url).rstrip("/")
 
 
+LossKind = Literal["preempted", "host_lost"]
+
+
+@dataclass(frozen=True)
+class HostLoss:
+    """A cloud's word that a rented host is lost (each cloud reads its own states:
+    `Provider.loss_verdict`, launcher.clouds.loss)."""
+
+    kind: LossKind
+    reason: str
+    """One line with the cloud's own words (its status, Vast's status_msg)."""
+
+
 class ProviderError(GpujobError):
     """The cloud said no, or said something we cannot read; the message is the cloud's own."""
 
@@ -216,6 +229,12 @@ class Provider(Protocol):
 
     def autostop_call(self, instance_id: str, down: bool) -> AutostopCall:
         """How the host ends itself: terminated (`down`) or stopped where the cloud can."""
+        ...
+
+    @staticmethod
+    def loss_verdict(inst: Instance, stop_asked: bool) -> HostLoss | None:
+        """Pure: is the host `describe` just returned lost (None: fine, or still booting)?
+        `stop_asked`: gpujob itself stopped it (autostop), so a stopped host is no loss."""
         ...
 
 

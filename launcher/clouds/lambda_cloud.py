@@ -21,6 +21,7 @@ from launcher.clouds.base import (
     AutostopCall,
     CapacityError,
     GpuRequest,
+    HostLoss,
     Instance,
     Offer,
     ProviderError,
@@ -35,6 +36,8 @@ CAPACITY_CODES = {"instance-operations/launch/insufficient-capacity"}
 STATUS = {"booting": "booting", "unhealthy": "booting", "active": "running",
           "terminating": "terminating", "terminated": "terminated",
           "preempted": "failed"}  # fmt: skip
+FINE = {"booting", "active"}
+"""Statuses of a host that is not lost."""
 GPU_DESCRIPTION = re.compile(r"^(?:Tesla )?(.+?) \((\d+) GB")
 OWNER_TAG, USER_TAG = "gpujob-owner", "gpujob-user"  # keys ^[a-z][a-z0-9-:]+$, values <= 128
 
@@ -224,3 +227,25 @@ class LambdaCloud:
         """Terminate, whatever `down` says (Lambda cannot stop), with the user's own key."""
         return AutostopCall(self.name, self.host_api_url, instance_id, "terminate",
                             key=self.api.key)  # fmt: skip
+
+    @staticmethod
+    def loss_verdict(inst: Instance, stop_asked: bool) -> HostLoss | None:
+        """Lambda's statuses: `preempted` is the cloud taking the host back; unhealthy,
+        terminated or gone is `host_lost` (Lambda cannot stop a host: `stop_asked` is moot)."""
+        status = inst.detail
+        where = f"lambda: instance {inst.id}"
+        if inst.status == "terminated" and not status:  # `describe`: 404 object-does-not-exist
+            return HostLoss("host_lost", f"{where} is gone (Lambda no longer knows it)")
+        if not status:  # not described (`launch`'s answer): nothing said yet, so nothing lost
+            return None
+        if status in FINE:
+            return None
+        if status == "preempted":
+            return HostLoss("preempted", f"{where} was preempted (status preempted)")
+        if status == "unhealthy":
+            return HostLoss("host_lost", f"{where} is unhealthy (status unhealthy: Lambda's health "
+                            "checks fail)")  # fmt: skip
+        if status in ("terminating", "terminated"):
+            return HostLoss("host_lost", f"{where} was terminated (status {status})")
+        unknown = f"{where} is in a state gpujob does not know (status {status})"
+        return HostLoss("host_lost", unknown)

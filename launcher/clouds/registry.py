@@ -34,6 +34,15 @@ def runtime_of(name: str) -> str:
     return str(trait(name, "runtime", "docker"))
 
 
+def provider_class(name: str) -> type[Provider]:
+    """A cloud's class, without an API key: its declared traits and pure rules."""
+    import importlib
+
+    module, cls, _ = CLOUDS[name]
+    found: type[Provider] = getattr(importlib.import_module(module), cls)
+    return found
+
+
 def trait(name: str, attribute: str, default: object) -> object:
     """A cloud's class attribute (runtime, can_stop, ...), read without an API key: what
     `up` may refuse before the first cloud call."""

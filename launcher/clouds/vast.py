@@ -21,6 +21,7 @@ from launcher.clouds.base import (
     TAG,
     AutostopCall,
     CapacityError,
+    HostLoss,
     Instance,
     Offer,
     ProviderError,
@@ -49,6 +50,9 @@ MIN_DISK_GB = 20
 GONE_CODES = ("no_such_ask",)
 BOOTING = {None, "loading", "created", "restarting", "rebooting", "scheduling"}
 FAILED = {"exited", "unknown", "offline", "stopped", "frozen"}
+GONE = {"offline", "unknown"}
+"""The host stopped answering Vast: never `running` again on its own (§4.5)."""
+STOPPED = {"stopped", "exited", "frozen"}
 STATUS_FIELDS = ("actual_status", "intended_status", "cur_state", "next_state", "status_msg",
                  "is_bid")  # fmt: skip
 """What Vast says of an instance's state (§4.5), kept whole for loss verdicts (providers.loss)."""
@@ -262,6 +266,40 @@ class Vast:
         (§3.3, §7.1): the user's never goes to the host."""
         return AutostopCall(self.name, self.host_api_url, instance_id,
                             "terminate" if down else "stop")  # fmt: skip
+
+    @staticmethod
+    def loss_verdict(inst: Instance, stop_asked: bool) -> HostLoss | None:
+        """Vast's states (§4.5): outbid, or stopped without gpujob asking, is `preempted`;
+        destroyed, released, offline or a container that never started is `host_lost`."""
+        said = inst.cloud_status
+        where = f"vast: instance {inst.id}"
+        if inst.status == "terminated":  # `describe` found no such id: destroyed (by whom, Vast
+            return HostLoss("host_lost", f"{where} is gone (Vast no longer knows it)")  # says not)
+        if not said:  # not described (`launch`'s answer): nothing said yet, so nothing lost
+            return None
+        actual = said.get("actual_status")
+        states = (said.get("intended_status"), said.get("cur_state"), said.get("next_state"))
+        message = str(said.get("status_msg") or "").strip()
+        words = f"actual_status {actual}" + (f": {message}" if message else "")
+        if said.get("cur_state") == "unloaded":
+            return HostLoss("host_lost", f"{where} was released (cur_state unloaded; {words})")
+        outbid = states == ("stopped", "stopped", "stopped")
+        if outbid or actual in STOPPED or said.get("intended_status") == "stopped":
+            if stop_asked:
+                return None
+            if outbid and said.get("is_bid"):
+                return HostLoss("preempted", f"{where} was outbid: intended, current and next "
+                                f"state stopped ({words})")  # fmt: skip
+            return HostLoss("preempted", f"{where} stopped without gpujob asking ({words}; "
+                            f"intended_status {states[0]}, cur_state {states[1]})")  # fmt: skip
+        if actual in GONE:
+            return HostLoss("host_lost", f"{where} is {actual}: its host stopped answering Vast "
+                            f"({words})")  # fmt: skip
+        if actual == "created" and "oci runtime" in message.lower():
+            return HostLoss("host_lost", f"{where}: its container failed to start ({words})")
+        if actual == "running" or actual in BOOTING:
+            return None
+        return HostLoss("host_lost", f"{where} is in a state gpujob does not know ({words})")
 
 
 def _bid_and_price(offer: dict[str, Any], disk_gb: float) -> tuple[float, float]:
