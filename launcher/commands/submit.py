@@ -8,7 +8,7 @@ hands the hosts over to the job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
@@ -32,13 +32,12 @@ def submit(options: SubmitOptions) -> int:
     if options.autostop_key_on_host and not options.up:
         raise UsageError("--autostop-key-on-host goes with --up (a rented host's autostop)",
                          "add --up GPU, or leave --autostop-key-on-host out")  # fmt: skip
-    request = LaunchRequest(**{f.name: getattr(options, f.name) for f in fields(LaunchRequest)})
-    if request.up and not request.dry_run:
+    if options.up and not options.dry_run:
         from launcher.targets.cloud.rent import renting
 
         with renting("submit --up") as rent:
-            return _submit(request, rent)
-    return _submit(request, None)
+            return _submit(options, rent)
+    return _submit(options, None)
 
 
 def _submit(request: LaunchRequest, rent: Rent | None) -> int:

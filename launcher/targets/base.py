@@ -19,7 +19,9 @@ from launcher.remote.base import Connection, Result
 from launcher.runtime.agent import NodeStatus, agent_argv
 
 if TYPE_CHECKING:
+    from launcher.plan.build import Sources
     from launcher.plan.model import Plan
+    from launcher.plan.placement import RuntimeChoice
     from launcher.plan.recovery import Policy
     from launcher.spec.image import ImageDefinition
     from launcher.spec.load import LoadedSpec
@@ -62,7 +64,7 @@ class LaunchRequest:
     on: tuple[str, ...] = ()
     up: str | None = None
     provider: str = "lambda"
-    runtime: str = "auto"
+    runtime: RuntimeChoice = "auto"
     allow_cpu: bool = False
     disk: int = 0
     max_price: float | None = None
@@ -84,8 +86,8 @@ class JobInput:
     image: ImageDefinition | None
     job_id: str
     secrets: dict[str, str]
-    sources: object
-    """`plan.build.Sources`: the files shipped beside the job."""
+    sources: Sources
+    """The files shipped beside the job."""
     policy: Policy | None = None
     """Its recovery, if it has one (`recovery:`, `--recover`)."""
 

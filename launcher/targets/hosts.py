@@ -87,13 +87,13 @@ class HostsTarget:
         image: ImageDefinition | None,
         report: Callable[[str], None] = say,
     ) -> Plan:
-        from launcher.plan.build import Sources, build_plan
+        from launcher.plan.build import build_plan
         from launcher.storage.preflight import preflight
 
         sync = preflight(job.loaded, layout, image, report)
-        sources: Sources = job.sources  # type: ignore[assignment]
-        return build_plan(job.loaded.spec, layout, job.job_id, job.secrets, image, sources, sync,
-                          follow=not request.detach, resume_from=request.resume_from)  # fmt: skip
+        return build_plan(job.loaded.spec, layout, job.job_id, job.secrets, image, job.sources,
+                          sync, follow=not request.detach,
+                          resume_from=request.resume_from)  # fmt: skip
 
     def dryrun(self, job: JobInput, request: LaunchRequest) -> Submission:
         placed, image = self.place(job, request)
@@ -175,10 +175,11 @@ class HostsTarget:
         except GpujobError:
             return None
         try:
-            statuses = [node.status() for node in nodes]
+            read = [node.status() for node in nodes]
         finally:
             close_all([node.connection for node in nodes])
-        return None if any(s is None for s in statuses) else statuses  # type: ignore[return-value]
+        statuses = [status for status in read if status is not None]
+        return statuses if len(statuses) == len(read) else None
 
     def files_host(self, job: JobRecord) -> Connection:
         return self.connection(job.hosts[0], {})[1]

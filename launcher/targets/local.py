@@ -89,7 +89,7 @@ class LocalTarget(HostsTarget):
         return LocalNode(rank, node_dir, conn, self.traits.agent_python)
 
     def statuses(self, job: JobRecord) -> list[NodeStatus] | None:
-        return [node.status() for node in self.nodes(job)]  # type: ignore[misc]
+        return [status for node in self.nodes(job) if (status := node.status()) is not None]
 
     def host_names(self, job: JobRecord) -> list[str]:
         return list(job.hosts)

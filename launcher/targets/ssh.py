@@ -68,7 +68,7 @@ class SshTarget(RemoteHostsTarget):
         names = node_hosts(split_on(request.on), job.loaded.spec.nodes)
         entries = [ssh_hosts.resolve_host(name) for name in names]
         placed = remote_placement(
-            job.loaded.spec, job.image, entries, runtime=request.runtime,  # type: ignore[arg-type]
+            job.loaded.spec, job.image, entries, runtime=request.runtime,
             dry_run=request.dry_run, provider=self.kind, early=self.early,
         )  # fmt: skip
         if placed.note:

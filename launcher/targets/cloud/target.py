@@ -16,6 +16,7 @@ from launcher.targets.base import JobInput, LaunchRequest
 from launcher.targets.ssh import RemoteHostsTarget, remote_traits
 
 if TYPE_CHECKING:
+    from launcher.plan.placement import RuntimeChoice
     from launcher.remote.hosts import HostEntry
     from launcher.spec.image import ImageDefinition
     from launcher.targets.cloud.rent import Rent
@@ -68,7 +69,7 @@ class CloudTarget(RemoteHostsTarget):
         image = None if in_image else job.image
         entries = self._rented_hosts(request, job)
         placed = remote_placement(
-            job.loaded.spec, image, entries, runtime=request.runtime,  # type: ignore[arg-type]
+            job.loaded.spec, image, entries, runtime=request.runtime,
             dry_run=request.dry_run, provider=self.kind,
         )  # fmt: skip
         if placed.note:
@@ -88,11 +89,11 @@ class CloudTarget(RemoteHostsTarget):
         spec, in_image = job.loaded.spec, self.traits.runs_in_image
         entries = [HostEntry(name=f"<new {self.kind} host {rank}>", address="192.0.2.1")
                    for rank in range(spec.nodes)]  # fmt: skip
-        runtime = "bare" if in_image else request.runtime
+        runtime: RuntimeChoice = "bare" if in_image else request.runtime
         image = None if in_image else job.image
 
         def rehearse() -> None:
-            assumed = remote_placement(spec, image, entries, runtime=runtime,  # type: ignore[arg-type]
+            assumed = remote_placement(spec, image, entries, runtime=runtime,
                                        dry_run=True, provider=self.kind)  # fmt: skip
             self.plan_for(job, request, assumed.target, image, lambda _: None)
 
