@@ -9,7 +9,9 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
 
     gpujob-agent.py start NODE_DIR        start detached, print the status
     gpujob-agent.py status NODE_DIR       print the status (state `lost` if the host forgot it)
-    gpujob-agent.py cancel NODE_DIR [S]   SIGTERM the job, SIGKILL what is left after S seconds
+    gpujob-agent.py cancel NODE_DIR [S] [--agent-gone]  SIGTERM the job, SIGKILL what is
+                                          left after S seconds, whatever its supervisor's
+                                          state (stopping.py)
     gpujob-agent.py read NODE_DIR OFFSET [WAIT]  the log from OFFSET to stdout, status to
                                           stderr; WAIT s for new bytes if there are none
 """
@@ -31,19 +33,13 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks, write_json
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
-from runtimes import BareJob, ContainerJob, StartFailed, job_for, stop_container, stop_tree
+from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
+from stopping import STATUS, cancel, log_line, status_of
 
-STATUS = "status.json"
+__all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
-
-
-def log_line(node_dir: Path, text: str) -> None:
-    """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
-    config = read_json(node_dir / "job.json")
-    with open(node_dir / config.get("log", "job.log"), "ab") as log:
-        log.write(f"[gpujob-agent] {text}\n".encode())
 
 
 def start(node_dir: Path, read_wait_s: float | None = None) -> int:
@@ -62,6 +58,8 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
     status = read_json(node_dir / STATUS)
     if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
         return started(status, 0)
+    if status.get("never_started"):  # a cancel came first (stopping.py): it stands
+        return started(status, 1)
     write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
     if os.fork() == 0:  # the supervisor: this interpreter, forked (no second Python start)
         code = 1
@@ -282,46 +280,6 @@ def _checkpoint_watch(
     return done, ckpt_watch.run_in_thread(watcher, done)
 
 
-def status_of(node_dir: Path) -> dict[str, Any]:
-    status = read_json(node_dir / STATUS)
-    if not status:
-        return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
-    if read_json(node_dir / "job.json").get("slurm"):
-        return status  # SLURM knows whether the node lives; its supervisor is not here
-    state = status.get("state")
-    supervisor = status.get("supervisor_pid")
-    gone = state in ("starting", "running") and not (
-        alive(supervisor) and status.get("supervisor_start") in (None, start_ticks(supervisor))
-    )
-    if gone and (state == "running" or time.time() - status.get("requested_at", 0) > 30):
-        status.update(state="lost", reason="the agent is gone (host rebooted or killed)")
-    return status
-
-
-def cancel(node_dir: Path, grace_s: float) -> int:
-    (node_dir / "cancel-requested").touch()
-    status = status_of(node_dir)
-    if status.get("container") and status.get("state") not in TERMINAL:
-        log_line(node_dir, f"cancel: docker stop (SIGTERM, SIGKILL after {grace_s:g} s)")
-        stop_container(status["container"], grace_s)
-        return _await_end(node_dir)
-    pid = status.get("pid")
-    if status.get("state") in TERMINAL or not alive(pid):
-        print(json.dumps(status))
-        return 0
-    log_line(node_dir, f"cancel: SIGTERM to the job, SIGKILL after {grace_s:g} s")
-    stop_tree(pid, grace_s)
-    return _await_end(node_dir)
-
-
-def _await_end(node_dir: Path) -> int:
-    deadline = time.monotonic() + 60  # the end includes the last checkpoint sync and log ship
-    while time.monotonic() < deadline and status_of(node_dir).get("state") not in TERMINAL:
-        time.sleep(0.05)
-    print(json.dumps(status_of(node_dir)))
-    return 0
-
-
 def last_line(node_dir: Path) -> str | None:
     """The log's last non-blank line (from its last 4 KiB), as a terminal shows it."""
     path = node_dir / read_json(node_dir / "job.json").get("log", "job.log")
@@ -382,7 +340,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(dict(status_of(node_dir), last_line=last_line(node_dir))))
         return 0
     if argv[0] == "cancel":
-        return cancel(node_dir, float(argv[2]) if len(argv) > 2 else 30.0)
+        gone = "--agent-gone" in argv
+        args = [arg for arg in argv[2:] if arg != "--agent-gone"]
+        return cancel(node_dir, float(args[0]) if args else 30.0, agent_gone=gone)
     wait_s = float(argv[3]) if len(argv) > 3 else 0.0
     return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_os import alive, descendants, forward, rss_bytes
+from agent_os import alive, descendants, forward, rss_bytes, start_ticks
 
 Sample = Callable[[int], None]
 """Called about once a second while the job runs, with its processes' resident bytes."""
@@ -67,7 +67,9 @@ class BareJob:
             os.close(log_fd)
         self.pid = self.job.pid
         signal.signal(signal.SIGTERM, lambda *_: signal_job(self.job.pid, signal.SIGTERM))  # type: ignore[union-attr]
-        return {"pid": self.pid, "peak_rss_bytes": 0}
+        # the start names the group for good: a cancel after the supervisor died signals the
+        # group only while its leader (or, once it is gone, its members) is this job's
+        return {"pid": self.pid, "pid_start": start_ticks(self.pid), "peak_rss_bytes": 0}
 
     def wait(self, sample: Sample) -> int:
         assert self.job is not None
@@ -188,16 +190,25 @@ def stop_tree(pid: int, grace_s: float) -> None:
     accelerate's single process die of a TERM without passing it on, and their program
     would never hear it (launchers.md §2.5). The job runs in its own session, so its pid is
     its group; torchrun's workers sit in groups of their own and hear it from torchrun."""
-    group = _own_group(pid)
-    tree = [pid, *descendants(pid)]
-    signal_job(pid, signal.SIGTERM, group)
+    stop_processes(_own_group(pid), [pid, *descendants(pid)], grace_s, lead=pid)
+
+
+def stop_processes(group: int | None, tree: list[int], grace_s: float, lead: int = 0) -> None:
+    """`stop_tree` for a group whose leader may be gone (its supervisor died, leftovers.py):
+    TERM to the group (to `lead` alone when it leads none), CONT to `tree`, KILL to what is
+    left of both after the grace period. `tree` is taken before the TERM: a worker whose
+    torchrun died at it is still found."""
+    if group is not None:
+        signal_job(group, signal.SIGTERM, group)
+    elif lead:
+        forward(lead, signal.SIGTERM)
     for each in tree:
         forward(each, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and (any(alive(p) for p in tree) or _group_alive(group)):
         time.sleep(0.1)
-    if _group_alive(group):
-        signal_job(pid, signal.SIGKILL, group)
+    if group is not None and _group_alive(group):
+        signal_job(group, signal.SIGKILL, group)
     for leftover in [p for p in tree if alive(p)]:
         forward(leftover, signal.SIGKILL)
 

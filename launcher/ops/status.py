@@ -158,7 +158,8 @@ def record_job_state(
         if state in states:
             node = next(s for s in statuses if s.get("state") == state)
             code = node.get("exit_code")
-            last = node.get("reason") if state == TIMED_OUT else node.get("last_line")
+            why = state in (TIMED_OUT, "lost") and node.get("reason")  # lost: runs on?
+            last = node.get("reason") if why else node.get("last_line")
             if state in ("lost", TIMED_OUT, "failed", "cancelled") or set(states) == {"succeeded"}:
                 code = code if code is not None else (0 if state == "succeeded" else 1)
                 db.update_job(job.id, state, exit_code=code, last_line=last)
@@ -207,19 +208,35 @@ def cancel(reference: str, grace_s: float, dry_run: bool) -> int:
         say(f"dry run: job {job.id} would then be recorded as cancelled; nothing was run")
         return 0
     conns = job_connections(job)
-    failures = []
+    failures, answers = [], []
     try:
         for rank, argv in enumerate(commands):
             result = conns[rank].run(argv)
             if not result.ok:
-                failures.append(f"node {rank}: {result.stderr.strip()[-200:]}")
+                said = result.stderr.strip() or result.stdout.strip()
+                failures.append(f"node {rank}: {said[-200:]}")
+            answers.append(_last_json(result.stdout))
     finally:
         close_all(conns)
     if failures:
         raise GpujobError(f"cancel failed on {'; '.join(failures)}")
-    db.update_job(job.id, "cancelled")
+    if all(a.get("state") for a in answers):  # each agent's end, as it recorded it
+        state = record_job_state(db, job, answers)[0]
+        if all(a.get("had_ended") for a in answers):
+            say(f"job {job.id} had already ended ({state}); nothing to cancel")
+            return 0
+    else:  # an agent that printed no status
+        db.update_job(job.id, "cancelled")
     say(f"job {job.id} cancelled on {len(commands)} node(s)")
     return 0
+
+
+def _last_json(stdout: str) -> dict[str, Any]:
+    try:
+        answer = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 @dataclass(frozen=True)
