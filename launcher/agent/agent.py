@@ -55,11 +55,15 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
             return read(node_dir, 0, read_wait_s)
         return code
 
+    given = _given(node_dir)  # read first: the client's write never waits on us
     status = read_json(node_dir / STATUS)
     if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
         return started(status, 0)
     if status.get("never_started"):  # a cancel came first (stopping.py): it stands
         return started(status, 1)
+    if given is None:
+        return started({"state": "failed", "reason": "the job's secrets were to come on the "
+                        "start's stdin and did not: start it with gpujob"}, 1)  # fmt: skip
     write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
     if os.fork() == 0:  # the supervisor: this interpreter, forked (no second Python start)
         code = 1
@@ -70,7 +74,7 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
             for fd in (0, 1, 2):  # the caller's pipes: its exec must end when `start` does
                 os.dup2(null, fd)
             os.closerange(3, 256)
-            code = supervise(node_dir)
+            code = supervise(node_dir, given)
         finally:
             os._exit(code)
     deadline = time.monotonic() + 30
@@ -82,9 +86,24 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
     return started({"state": "failed", "reason": "the supervisor did not start in 30 s"}, 1)
 
 
-def supervise(node_dir: Path) -> int:
+def _given(node_dir: Path) -> dict[str, dict[str, str]] | None:
+    """The secrets and the S3 remote's keys the start brings on its stdin (job.json's
+    `secrets_on_stdin`): kept in memory, where the forked supervisor has them too, so none
+    is in a file on the host. {} when none are to come; None when they did not come whole."""
+    if not read_json(node_dir / "job.json").get("secrets_on_stdin"):
+        return {}
+    try:
+        given = json.loads(sys.stdin.buffer.read() or b"null")
+    except ValueError:
+        return None
+    return given if isinstance(given, dict) else None
+
+
+def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) -> int:
     """Start the node's job in its runtime, record it, care for its checkpoints and keep its
-    limits while it runs, record its end. Returns 0: the job's own code is in the status."""
+    limits while it runs, record its end. Returns 0: the job's own code is in the status.
+    The job's secrets are in its environment (a container's `docker run` takes them from
+    there by name), from `given` or a file deleted once read (SLURM's)."""
     config = read_json(node_dir / "job.json")
     # First: under SLURM, USR1 (the time limit's warning) may come as soon as `start` gave out
     # this pid, and its default would end the supervisor. Remembered here, acted on once the
@@ -92,10 +111,10 @@ def supervise(node_dir: Path) -> int:
     usr1 = threading.Event()
     if config.get("slurm"):
         signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
-    env = dict(os.environ)
-    secrets_file = config.get("secrets_file")
-    if secrets_file and config.get("runtime") != "docker":  # docker reads its own env file
-        path = node_dir / secrets_file
+    given = given or {}
+    env = dict(os.environ, **given.get("secrets", {}))
+    if config.get("secrets_file"):
+        path = node_dir / config["secrets_file"]
         env.update(read_json(path))
         path.unlink(missing_ok=True)
     job = job_for(node_dir, config, node_dir / config.get("log", "job.log"))
@@ -122,7 +141,7 @@ def supervise(node_dir: Path) -> int:
     status["state"] = "running"
     write_json(node_dir / STATUS, status)
     try:
-        watch = _checkpoint_watch(node_dir, config, job, status, env)
+        watch = _checkpoint_watch(node_dir, config, job, status, env, given.get("storage"))
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
@@ -242,15 +261,17 @@ def _checkpoint_watch(
     job: BareJob | ContainerJob,
     status: dict[str, Any],
     env: dict[str, str],
+    storage: dict[str, str] | None = None,
 ) -> tuple[threading.Event, threading.Thread] | None:
-    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file)."""
+    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file); the
+    S3 remote's keys in `storage` (from the start's stdin) or a file deleted once read."""
     care = config.get("checkpoints")
     if not care:
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import ckpt_watch
 
-    remote_env = {}
+    remote_env = dict(storage or {})
     if care.get("storage_env_file"):
         remote_env = read_json(node_dir / care["storage_env_file"])
         (node_dir / care["storage_env_file"]).unlink(missing_ok=True)

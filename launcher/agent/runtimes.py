@@ -41,8 +41,7 @@ class StartFailed(Exception):
 
 class BareJob:
     """run.sh in a new session, its output straight into job.log (a file descriptor, not a
-    pipe through the agent); secrets come in the environment, from a file read and deleted
-    before the start."""
+    pipe through the agent); secrets come in the environment the supervisor gives it."""
 
     SAMPLE_EVERY_S = 1.0
 
@@ -94,8 +93,9 @@ class BareJob:
 
 
 class ContainerJob:
-    """`docker run --detach`; the env file of secrets is deleted as soon as Docker has read
-    it; `docker wait` for the exit code. The container writes job.log itself (a bind mount),
+    """`docker run --detach`, with the job's secrets in its environment (Docker takes each
+    by the name its `--env NAME` gives: no file, no value on the command line); `docker
+    wait` for the exit code. The container writes job.log itself (a bind mount),
     from the moment its script runs: a container that ends before then (its entrypoint
     missing from the image) said why only to Docker, so `docker logs` is copied into the
     log and the status's reason."""
@@ -111,17 +111,14 @@ class ContainerJob:
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             self.not_the_container = os.fstat(log_fd).st_size
-            started = subprocess.run(
-                self.config["argv"], stdin=subprocess.DEVNULL, capture_output=True, check=False
-            )
+            started = subprocess.run(self.config["argv"], stdin=subprocess.DEVNULL, env=env,
+                                     capture_output=True, check=False)  # fmt: skip
             self._write(log_fd, started.stderr)  # Docker's own complaint, if any
         except OSError as err:
             self._write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
             started = subprocess.CompletedProcess(self.config["argv"], 127, b"", b"")
         finally:
             os.close(log_fd)
-            if self.config.get("secrets_file"):
-                (self.node_dir / self.config["secrets_file"]).unlink(missing_ok=True)
         self.container = started.stdout.decode().strip() or self.config.get("container")
         if started.returncode != 0:
             raise StartFailed(started.returncode, "docker run failed")

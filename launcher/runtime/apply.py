@@ -63,7 +63,7 @@ def apply_plan(
     try:
         for node in plan.nodes:
             start = node.start
-            _require(node, start, connections[node.host].run(start.argv))
+            _require(node, start, connections[node.host].run(start.argv, input=_input(start)))
             report(f"node {node.rank}: job started")
             started.append(node)
     except BaseException:
@@ -88,7 +88,7 @@ def _prepare(
             syncs += 1
             ops.append(step)
         elif isinstance(step, RunCommand):
-            ops.append(Run(step.argv, stream=not step.starts_job))
+            ops.append(Run(step.argv, stream=not step.starts_job, input=_input(step)))
             commands.append(step)
     try:
         outcome = conn.batch(ops)
@@ -201,6 +201,11 @@ def _last(result: Result) -> str:
     except ValueError:
         return lines[-1]
     return str(status.get("reason", lines[-1])) if isinstance(status, dict) else lines[-1]
+
+
+def _input(step: RunCommand) -> bytes | None:
+    """What the command reads on its stdin (the start's secrets), as bytes."""
+    return None if step.input is None else step.input.content.encode()
 
 
 def _file_of(step: WriteFile | CopyFile) -> tuple[str, bytes, int]:
