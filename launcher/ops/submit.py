@@ -257,7 +257,7 @@ def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[A
 def _start(
     options: SubmitOptions, plan: Any, loaded: Any, connections: dict[str, Any], hosts: list[str]
 ) -> int:
-    from launcher.runtime.apply import apply_plan
+    from launcher.runtime.apply import Starts, apply_plan
 
     spec, job_id = loaded.spec, plan.job_id
 
@@ -276,10 +276,16 @@ def _start(
         db.restart_job(record)
     else:
         db.add_job(record)
+    starts = Starts()
     try:
-        first_reads = apply_plan(plan, connections, say)
+        first_reads = apply_plan(plan, connections, say, starts)
     except BaseException:
-        db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
+        if starts.may_run:  # a start went out unanswered or ran: its agent says, next time
+            ranks = ", ".join(map(str, starts.may_run))
+            db.update_job(job_id, "starting",
+                          last_line=f"the start may have reached node(s) {ranks}")  # fmt: skip
+        else:
+            db.update_job(job_id, "failed", exit_code=1, last_line="failed to start")
         raise
     from launcher.ops.rent import hand_over
 

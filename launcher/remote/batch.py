@@ -30,7 +30,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -165,6 +165,9 @@ class Run:
     argv: tuple[str, ...]
     stream: bool = False
     input: bytes | None = field(default=None, repr=False)  # may be a secret
+    on_sent: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    """Called just before the command goes out: from then on it may run on the host even
+    if the connection breaks before its answer (a job's start: apply.py)."""
 
 
 Sync = SyncDir
@@ -221,6 +224,8 @@ def run_batch(ops: list[Op], pipe: Pipe, where: str) -> Outcome:
             elif isinstance(op, File):
                 _send_file(pipe, op.path, len(op.content), op.mode, None, [op.content])
             else:
+                if op.on_sent is not None:
+                    op.on_sent()
                 given = None if op.input is None else len(op.input)
                 pipe.send(_line({"run": list(op.argv), "stream": op.stream, "input": given}))
                 if op.input:
