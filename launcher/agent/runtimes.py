@@ -191,7 +191,7 @@ def stop_tree(pid: int, grace_s: float) -> None:
 
 
 def stop_processes(group: int | None, tree: list[int], grace_s: float, lead: int = 0) -> None:
-    """`stop_tree` for a group whose leader may be gone (its supervisor died, leftovers.py):
+    """`stop_tree` for a group whose leader may be gone (its supervisor died, stopping.py):
     TERM to the group (to `lead` alone when it leads none), CONT to `tree`, KILL to what is
     left of both after the grace period. `tree` is taken before the TERM: a worker whose
     torchrun died at it is still found."""

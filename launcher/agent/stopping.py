@@ -134,8 +134,8 @@ def cancel(node_dir: Path, grace_s: float, agent_gone: bool = False) -> int:
     config = read_json(node_dir / "job.json")
     recorded = _settled(node_dir)
     live = supervisor_alive(recorded) and not agent_gone
-    ended = recorded.get("state") in TERMINAL or live or not recorded
-    left = Leftovers() if ended else leftovers(recorded, config)
+    unsupervised = bool(recorded) and recorded.get("state") not in TERMINAL and not live
+    left = leftovers(recorded, config) if unsupervised else Leftovers()
     step = cancel_step(recorded.get("state"), live, left.any)
     if step == ENDED or (step == NOTHING_LEFT and not agent_gone):
         return _say(dict(status_of(node_dir), had_ended=True))
