@@ -358,7 +358,6 @@ def test_sync_ckpt_dry_run_prints_the_command_the_push_runs_and_changes_nothing(
     job = local_job(tmp_path, {"dir": f"{tmp_path}/jobs/j1/checkpoints", "sync_remote": "t:run"})
     host = SyncHost((Path(job.node_dirs[0]) / "job.json").read_text())
     monkeypatch.setattr("launcher.remote.local.LocalConnection", lambda: host)
-    monkeypatch.setattr("launcher.storage.sync.secrets.token_hex", lambda _n: "cafe0001")
     before, config_before = snapshot(state_dir), snapshot(config)
     dry = gpujob("sync-ckpt", "j1", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
@@ -369,8 +368,12 @@ def test_sync_ckpt_dry_run_prints_the_command_the_push_runs_and_changes_nothing(
     shown_runs = [line.split(" run   ", 1)[1] for line in dry.stdout.splitlines()
                   if line.startswith("on local: run ")]  # fmt: skip
     host.ran.clear()
+    host.given.clear()
     real = gpujob("sync-ckpt", "j1")
     assert real.exit_code == 0, real.stderr
     assert [shlex.join(argv) for argv in host.ran[1:]] == shown_runs  # after `cat job.json`
     assert shown_runs[0].startswith(f"{sys.executable} {tmp_path}/jobs/j1/ckpt_sync.py push ")
-    assert f"--env-file {job.node_dirs[0]}/.gpujob-sync-cafe0001.json" in shown_runs[0]
+    assert shown_runs[0].endswith(" --env-file -")  # the remote's keys: on its stdin only
+    assert "its stdin, never a file on the host: RCLONE_CONFIG_" in dry.stdout
+    given = [data for data in host.given if data]
+    assert len(given) == 1 and b"sekret-value" in given[0]
