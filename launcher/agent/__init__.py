@@ -16,6 +16,8 @@ STATES_SOURCE = Path(__file__).with_name("states.py")
 """The job states, shipped beside the agent."""
 RUNTIMES_SOURCE = Path(__file__).with_name("runtimes.py")
 """How a job runs there (bare or in a container), shipped beside the agent."""
+STOPPING_SOURCE = Path(__file__).with_name("stopping.py")
+"""A node's end as the agent reads it, and its cancel: shipped beside the agent."""
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
     for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_tracker.py",
@@ -25,7 +27,7 @@ CHECKPOINT_SOURCES = tuple(
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
-                 *CHECKPOINT_SOURCES, str(LIMITS_SOURCE))  # fmt: skip
+                 str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE))  # fmt: skip
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""

@@ -9,7 +9,9 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
 
     gpujob-agent.py start NODE_DIR        start detached, print the status
     gpujob-agent.py status NODE_DIR       print the status (state `lost` if the host forgot it)
-    gpujob-agent.py cancel NODE_DIR [S]   SIGTERM the job, SIGKILL what is left after S seconds
+    gpujob-agent.py cancel NODE_DIR [S] [--agent-gone]  SIGTERM the job, SIGKILL what is
+                                          left after S seconds, whatever its supervisor's
+                                          state (stopping.py)
     gpujob-agent.py read NODE_DIR OFFSET [WAIT]  the log from OFFSET to stdout, status to
                                           stderr; WAIT s for new bytes if there are none
 """
@@ -31,19 +33,13 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks, write_json
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
-from runtimes import BareJob, ContainerJob, StartFailed, job_for, stop_container, stop_tree
+from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
+from stopping import STATUS, cancel, log_line, status_of
 
-STATUS = "status.json"
+__all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
-
-
-def log_line(node_dir: Path, text: str) -> None:
-    """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
-    config = read_json(node_dir / "job.json")
-    with open(node_dir / config.get("log", "job.log"), "ab") as log:
-        log.write(f"[gpujob-agent] {text}\n".encode())
 
 
 def start(node_dir: Path, read_wait_s: float | None = None) -> int:
@@ -59,9 +55,15 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
             return read(node_dir, 0, read_wait_s)
         return code
 
+    given = _given(node_dir)  # read first: the client's write never waits on us
     status = read_json(node_dir / STATUS)
     if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
         return started(status, 0)
+    if status.get("never_started"):  # a cancel came first (stopping.py): it stands
+        return started(status, 1)
+    if given is None:
+        return started({"state": "failed", "reason": "the job's secrets were to come on the "
+                        "start's stdin and did not: start it with gpujob"}, 1)  # fmt: skip
     write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
     if os.fork() == 0:  # the supervisor: this interpreter, forked (no second Python start)
         code = 1
@@ -72,7 +74,7 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
             for fd in (0, 1, 2):  # the caller's pipes: its exec must end when `start` does
                 os.dup2(null, fd)
             os.closerange(3, 256)
-            code = supervise(node_dir)
+            code = supervise(node_dir, given)
         finally:
             os._exit(code)
     deadline = time.monotonic() + 30
@@ -84,9 +86,24 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
     return started({"state": "failed", "reason": "the supervisor did not start in 30 s"}, 1)
 
 
-def supervise(node_dir: Path) -> int:
+def _given(node_dir: Path) -> dict[str, dict[str, str]] | None:
+    """The secrets and the S3 remote's keys the start brings on its stdin (job.json's
+    `secrets_on_stdin`): kept in memory, where the forked supervisor has them too, so none
+    is in a file on the host. {} when none are to come; None when they did not come whole."""
+    if not read_json(node_dir / "job.json").get("secrets_on_stdin"):
+        return {}
+    try:
+        given = json.loads(sys.stdin.buffer.read() or b"null")
+    except ValueError:
+        return None
+    return given if isinstance(given, dict) else None
+
+
+def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) -> int:
     """Start the node's job in its runtime, record it, care for its checkpoints and keep its
-    limits while it runs, record its end. Returns 0: the job's own code is in the status."""
+    limits while it runs, record its end. Returns 0: the job's own code is in the status.
+    The job's secrets are in its environment (a container's `docker run` takes them from
+    there by name), from `given` or a file deleted once read (SLURM's)."""
     config = read_json(node_dir / "job.json")
     # First: under SLURM, USR1 (the time limit's warning) may come as soon as `start` gave out
     # this pid, and its default would end the supervisor. Remembered here, acted on once the
@@ -94,10 +111,10 @@ def supervise(node_dir: Path) -> int:
     usr1 = threading.Event()
     if config.get("slurm"):
         signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
-    env = dict(os.environ)
-    secrets_file = config.get("secrets_file")
-    if secrets_file and config.get("runtime") != "docker":  # docker reads its own env file
-        path = node_dir / secrets_file
+    given = given or {}
+    env = dict(os.environ, **given.get("secrets", {}))
+    if config.get("secrets_file"):
+        path = node_dir / config["secrets_file"]
         env.update(read_json(path))
         path.unlink(missing_ok=True)
     job = job_for(node_dir, config, node_dir / config.get("log", "job.log"))
@@ -124,7 +141,7 @@ def supervise(node_dir: Path) -> int:
     status["state"] = "running"
     write_json(node_dir / STATUS, status)
     try:
-        watch = _checkpoint_watch(node_dir, config, job, status, env)
+        watch = _checkpoint_watch(node_dir, config, job, status, env, given.get("storage"))
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
@@ -244,15 +261,17 @@ def _checkpoint_watch(
     job: BareJob | ContainerJob,
     status: dict[str, Any],
     env: dict[str, str],
+    storage: dict[str, str] | None = None,
 ) -> tuple[threading.Event, threading.Thread] | None:
-    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file)."""
+    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file); the
+    S3 remote's keys in `storage` (from the start's stdin) or a file deleted once read."""
     care = config.get("checkpoints")
     if not care:
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import ckpt_watch
 
-    remote_env = {}
+    remote_env = dict(storage or {})
     if care.get("storage_env_file"):
         remote_env = read_json(node_dir / care["storage_env_file"])
         (node_dir / care["storage_env_file"]).unlink(missing_ok=True)
@@ -280,46 +299,6 @@ def _checkpoint_watch(
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def status_of(node_dir: Path) -> dict[str, Any]:
-    status = read_json(node_dir / STATUS)
-    if not status:
-        return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
-    if read_json(node_dir / "job.json").get("slurm"):
-        return status  # SLURM knows whether the node lives; its supervisor is not here
-    state = status.get("state")
-    supervisor = status.get("supervisor_pid")
-    gone = state in ("starting", "running") and not (
-        alive(supervisor) and status.get("supervisor_start") in (None, start_ticks(supervisor))
-    )
-    if gone and (state == "running" or time.time() - status.get("requested_at", 0) > 30):
-        status.update(state="lost", reason="the agent is gone (host rebooted or killed)")
-    return status
-
-
-def cancel(node_dir: Path, grace_s: float) -> int:
-    (node_dir / "cancel-requested").touch()
-    status = status_of(node_dir)
-    if status.get("container") and status.get("state") not in TERMINAL:
-        log_line(node_dir, f"cancel: docker stop (SIGTERM, SIGKILL after {grace_s:g} s)")
-        stop_container(status["container"], grace_s)
-        return _await_end(node_dir)
-    pid = status.get("pid")
-    if status.get("state") in TERMINAL or not alive(pid):
-        print(json.dumps(status))
-        return 0
-    log_line(node_dir, f"cancel: SIGTERM to the job, SIGKILL after {grace_s:g} s")
-    stop_tree(pid, grace_s)
-    return _await_end(node_dir)
-
-
-def _await_end(node_dir: Path) -> int:
-    deadline = time.monotonic() + 60  # the end includes the last checkpoint sync and log ship
-    while time.monotonic() < deadline and status_of(node_dir).get("state") not in TERMINAL:
-        time.sleep(0.05)
-    print(json.dumps(status_of(node_dir)))
-    return 0
 
 
 def last_line(node_dir: Path) -> str | None:
@@ -382,7 +361,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(dict(status_of(node_dir), last_line=last_line(node_dir))))
         return 0
     if argv[0] == "cancel":
-        return cancel(node_dir, float(argv[2]) if len(argv) > 2 else 30.0)
+        gone = "--agent-gone" in argv
+        args = [arg for arg in argv[2:] if arg != "--agent-gone"]
+        return cancel(node_dir, float(args[0]) if args else 30.0, agent_gone=gone)
     wait_s = float(argv[3]) if len(argv) > 3 else 0.0
     return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 

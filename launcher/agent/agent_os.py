@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -48,17 +48,37 @@ def alive(pid: int | None) -> bool:
     return True
 
 
-def descendants(root: int) -> list[int]:
-    """All processes under `root`: torchrun's workers have their own process groups."""
-    children: dict[int, list[int]] = {}
+class Proc(NamedTuple):
+    """A process as /proc/PID/stat has it: enough to walk a job's tree and groups."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    start: int
+    """Clock ticks since boot (start_ticks): with the pid, names the process for good."""
+
+
+def processes() -> dict[int, Proc]:
+    """Every process this user can see, from one walk of /proc."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[-1].split()[1])
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            pid = int(entry.name)
+            found[pid] = Proc(pid, fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
         except (OSError, IndexError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(entry.name))
+    return found
+
+
+def descendants(root: int, table: dict[int, Proc] | None = None) -> list[int]:
+    """All processes under `root`: torchrun's workers have their own process groups."""
+    children: dict[int, list[int]] = {}
+    for proc in (processes() if table is None else table).values():
+        children.setdefault(proc.ppid, []).append(proc.pid)
     found, queue = [], [root]
     while queue:
         pid = queue.pop()

@@ -48,12 +48,17 @@ def rclone_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def read_env_file(path: str | None) -> dict[str, str]:
+    """The remote's variables: `-` reads them on stdin (sync-ckpt sends them so: no file on
+    the host); a file is deleted once read."""
     if not path:
         return {}
-    try:
-        data = json.loads(Path(path).read_text())
-    finally:
-        Path(path).unlink(missing_ok=True)
+    if path == "-":
+        data = json.load(sys.stdin)
+    else:
+        try:
+            data = json.loads(Path(path).read_text())
+        finally:
+            Path(path).unlink(missing_ok=True)
     return {str(k): str(v) for k, v in data.items()}
 
 

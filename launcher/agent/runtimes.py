@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_os import alive, descendants, forward, rss_bytes
+from agent_os import alive, descendants, forward, rss_bytes, start_ticks
 
 Sample = Callable[[int], None]
 """Called about once a second while the job runs, with its processes' resident bytes."""
@@ -41,8 +41,7 @@ class StartFailed(Exception):
 
 class BareJob:
     """run.sh in a new session, its output straight into job.log (a file descriptor, not a
-    pipe through the agent); secrets come in the environment, from a file read and deleted
-    before the start."""
+    pipe through the agent); secrets come in the environment the supervisor gives it."""
 
     SAMPLE_EVERY_S = 1.0
 
@@ -67,7 +66,9 @@ class BareJob:
             os.close(log_fd)
         self.pid = self.job.pid
         signal.signal(signal.SIGTERM, lambda *_: signal_job(self.job.pid, signal.SIGTERM))  # type: ignore[union-attr]
-        return {"pid": self.pid, "peak_rss_bytes": 0}
+        # the start names the group for good: a cancel after the supervisor died signals the
+        # group only while its leader (or, once it is gone, its members) is this job's
+        return {"pid": self.pid, "pid_start": start_ticks(self.pid), "peak_rss_bytes": 0}
 
     def wait(self, sample: Sample) -> int:
         assert self.job is not None
@@ -92,8 +93,9 @@ class BareJob:
 
 
 class ContainerJob:
-    """`docker run --detach`; the env file of secrets is deleted as soon as Docker has read
-    it; `docker wait` for the exit code. The container writes job.log itself (a bind mount),
+    """`docker run --detach`, with the job's secrets in its environment (Docker takes each
+    by the name its `--env NAME` gives: no file, no value on the command line); `docker
+    wait` for the exit code. The container writes job.log itself (a bind mount),
     from the moment its script runs: a container that ends before then (its entrypoint
     missing from the image) said why only to Docker, so `docker logs` is copied into the
     log and the status's reason."""
@@ -109,17 +111,14 @@ class ContainerJob:
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             self.not_the_container = os.fstat(log_fd).st_size
-            started = subprocess.run(
-                self.config["argv"], stdin=subprocess.DEVNULL, capture_output=True, check=False
-            )
+            started = subprocess.run(self.config["argv"], stdin=subprocess.DEVNULL, env=env,
+                                     capture_output=True, check=False)  # fmt: skip
             self._write(log_fd, started.stderr)  # Docker's own complaint, if any
         except OSError as err:
             self._write(log_fd, f"[gpujob-agent] cannot run docker: {err}\n".encode())
             started = subprocess.CompletedProcess(self.config["argv"], 127, b"", b"")
         finally:
             os.close(log_fd)
-            if self.config.get("secrets_file"):
-                (self.node_dir / self.config["secrets_file"]).unlink(missing_ok=True)
         self.container = started.stdout.decode().strip() or self.config.get("container")
         if started.returncode != 0:
             raise StartFailed(started.returncode, "docker run failed")
@@ -188,16 +187,25 @@ def stop_tree(pid: int, grace_s: float) -> None:
     accelerate's single process die of a TERM without passing it on, and their program
     would never hear it (launchers.md §2.5). The job runs in its own session, so its pid is
     its group; torchrun's workers sit in groups of their own and hear it from torchrun."""
-    group = _own_group(pid)
-    tree = [pid, *descendants(pid)]
-    signal_job(pid, signal.SIGTERM, group)
+    stop_processes(_own_group(pid), [pid, *descendants(pid)], grace_s, lead=pid)
+
+
+def stop_processes(group: int | None, tree: list[int], grace_s: float, lead: int = 0) -> None:
+    """`stop_tree` for a group whose leader may be gone (its supervisor died, stopping.py):
+    TERM to the group (to `lead` alone when it leads none), CONT to `tree`, KILL to what is
+    left of both after the grace period. `tree` is taken before the TERM: a worker whose
+    torchrun died at it is still found."""
+    if group is not None:
+        signal_job(group, signal.SIGTERM, group)
+    elif lead:
+        forward(lead, signal.SIGTERM)
     for each in tree:
         forward(each, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and (any(alive(p) for p in tree) or _group_alive(group)):
         time.sleep(0.1)
-    if _group_alive(group):
-        signal_job(pid, signal.SIGKILL, group)
+    if group is not None and _group_alive(group):
+        signal_job(group, signal.SIGKILL, group)
     for leftover in [p for p in tree if alive(p)]:
         forward(leftover, signal.SIGKILL)
 

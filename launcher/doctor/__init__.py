@@ -111,7 +111,7 @@ def s3_verdicts(conn: Any, *, for_hosts: bool) -> list[Verdict]:
             continue
         bucket = rclone_config.rclone_path(remote, "")
         start = time.perf_counter()
-        failed = on_host.probe(conn, env, bucket, rclone_config.rclone_path(remote, ""), "/tmp")
+        failed = on_host.probe(conn, env, bucket, rclone_config.rclone_path(remote, ""))
         took = round(time.perf_counter() - start, 2)
         detail = f"bucket {remote.model.bucket}: " + (failed or "listed, probe written and deleted")
         found.append(Verdict(f"s3 {name}", "fail" if failed else "ok", took, "s", detail))

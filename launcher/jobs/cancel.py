@@ -22,7 +22,16 @@ def cancel_job(job: JobRecord, grace_s: float) -> None:
     """Stop every node of the job (its target records how it ended) and say so."""
     if cancel_recovering(job.id):  # its hosts are being replaced: none to ask
         return
-    say(target_for(job).cancel(job, grace_s))
+    cancelled = target_for(job).cancel(job, grace_s)
+    answers = cancelled.answers
+    if answers and all(a.get("state") for a in answers):  # each agent's end, as it recorded it
+        state = record_job_state(StateDB(), job, answers)[0]
+        if all(a.get("had_ended") for a in answers):
+            say(f"job {job.id} had already ended ({state}); nothing to cancel")
+            return
+    elif answers:  # an agent that printed no status
+        StateDB().update_job(job.id, JobState.CANCELLED)
+    say(cancelled.line)
 
 
 def cancel_recovering(job_id: str) -> bool:

@@ -104,7 +104,8 @@ def record_job_state(
     node = next(s for s in statuses if s.get("state") == state)
     if state == JobState.PENDING:  # queued on a cluster: why SLURM holds it
         return state, None, node.get("reason")
-    last = node.get("reason") if state == JobState.TIMED_OUT else node.get("last_line")
+    why = state in (JobState.TIMED_OUT, JobState.LOST) and node.get("reason")  # lost: runs on?
+    last = node.get("reason") if why else node.get("last_line")
     code = node.get("exit_code")
     if is_final(states, state):
         code = exit_code_of(node) if code is None or state == JobState.LOST else code

@@ -8,7 +8,6 @@ there, like TorchX's `macros.Values.apply`: `${name}` in `run.args` for the deri
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -41,12 +40,14 @@ from launcher.plan.model import (
 )
 from launcher.plan.node_files import (
     GRACE_S,
-    SECRETS_ENV,
+    SECRETS_JSON,
+    STORAGE_JSON,
     agent_config,
     checkpoint_care,
     job_limits,
     logs_path,
     secrets_file,
+    start_input,
 )
 from launcher.plan.reach import check_rendezvous, reach_checks
 from launcher.plan.setup_barrier import barrier_file
@@ -97,10 +98,13 @@ def build_plan(
     *,
     follow: bool = False,
     resume_from: str | None = None,
+    secrets_on_stdin: bool = True,
 ) -> Plan:
     """`follow`: the log is followed from the start, so a one-node start also reads its
     first bytes (one exec fewer before the first line is shown). `resume_from`: the name of
-    the checkpoint a recovery pulled into the checkpoint dir (GPUJOB_RESUME_FROM)."""
+    the checkpoint a recovery pulled into the checkpoint dir (GPUJOB_RESUME_FROM).
+    `secrets_on_stdin`: the secrets go on the start's stdin; without it (SLURM, which runs
+    the start), in 0600 files the agent deletes at the start."""
     if not JOB_ID.fullmatch(job_id):
         raise UsageError(f"job id {job_id!r}: use letters, digits, `.`, `_` and `-` (up to 128)")
     if len(target.hosts) != spec.nodes:
@@ -131,6 +135,7 @@ def build_plan(
                 first_on_host,
                 sync,
                 follow=follow,
+                secrets_on_stdin=secrets_on_stdin,
             )
         )
     return Plan(
@@ -203,6 +208,7 @@ def _node_plan(
     sync: CheckpointSync | None = None,
     *,
     follow: bool = False,
+    secrets_on_stdin: bool = True,
 ) -> NodePlan:
     node_dir = f"{job_dir}/node-{rank}"
     values = {**derived, "node_rank": str(rank)}
@@ -239,7 +245,8 @@ def _node_plan(
     node = NodeContext(spec, target, rank, job_dir, node_dir, python, values, sources.spec_where,
                        sources.user)  # fmt: skip
     steps.append(WriteFile(path=f"{node_dir}/run.sh", content=run_script(node), mode=0o755))
-    secret_file = secrets_file(target, node_dir, secrets)
+    in_files = not secrets_on_stdin
+    secret_file = secrets_file(f"{node_dir}/{SECRETS_JSON}", secrets) if in_files else None
     if secret_file is not None:
         steps.append(secret_file)
     argv = ["bash", "run.sh"]
@@ -253,20 +260,19 @@ def _node_plan(
             checkpoint_dir=derived["checkpoint_dir"],
             shm_gb=spec.resources.shm_gb,
             grace_s=GRACE_S,
-            env_file=f"{node_dir}/{SECRETS_ENV}" if secrets else None,
+            secret_names=sorted(secrets),
             volumes=container_volumes(spec, target),
         )
-    care = checkpoint_care(spec, job_dir, sync, job_id, node_env(node)) if first_on_host else None
-    if care and sync and sync.env:
-        steps.append(
-            WriteFile(
-                path=f"{node_dir}/storage.json",
-                content=json.dumps(sync.env, sort_keys=True) + "\n",
-                mode=0o600,
-                secret=True,
-            )
-        )
-    config = agent_config(spec, target, job_id, rank, secrets, argv, care)
+    care = None
+    if first_on_host:
+        care = checkpoint_care(spec, job_dir, sync, job_id, node_env(node), storage_file=in_files)
+    storage = sync.env if care and sync and sync.env else {}
+    storage_file = secrets_file(f"{node_dir}/{STORAGE_JSON}", storage) if in_files else None
+    if storage_file is not None:
+        steps.append(storage_file)
+    given = None if in_files else start_input(secrets, storage)
+    config = agent_config(spec, target, job_id, rank, secrets, argv, care,
+                          on_stdin=given is not None)  # fmt: skip
     steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
     steps.extend(prepare)
     reads_log = follow and spec.nodes == 1
@@ -277,6 +283,7 @@ def _node_plan(
             + (", then read the log's first bytes" if reads_log else ""),
             starts_job=True,
             reads_log=reads_log,
+            input=given,
         )
     )
     on_failure = None

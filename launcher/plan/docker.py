@@ -1,4 +1,4 @@
-"""The docker runtime's part of a Plan: the image pull, the `docker run` line, the env file.
+"""The docker runtime's part of a Plan: the image pull and the `docker run` line.
 
 The container runs the same `run.sh` as the bare runtime. Paths are mounted at the same
 place inside as outside, so the script, the log and the checkpoints have one name
@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from launcher.errors import UsageError
-from launcher.plan.model import NodeLayout, RunCommand, WriteFile
+from launcher.plan.model import RunCommand, NodeLayout
 
 LABEL = "gpujob.job"
 STACK_BYTES = 64 << 20  # NGC's recommended stack limit for PyTorch containers
@@ -56,10 +56,12 @@ def run_argv(
     checkpoint_dir: str,
     shm_gb: int,
     grace_s: int,
-    env_file: str | None,
+    secret_names: list[str] | None = None,
     volumes: list[str] | None = None,
 ) -> list[str]:
-    """The literal `docker run` the agent executes on the host (detached)."""
+    """The literal `docker run` the agent executes on the host (detached). Secrets by name
+    only (`--env NAME`): Docker takes each value from the environment the agent runs it
+    with, so no value is on the command line or in a file."""
     workdir = f"{job_dir}/workdir"
     argv = [
         "docker", "run", "--detach",
@@ -84,24 +86,11 @@ def run_argv(
     ]  # fmt: skip
     for volume in volumes or ():  # file_mounts outside the workdir, at the same path
         argv += ["--volume", volume]
-    if env_file:
-        argv += ["--env-file", env_file]
+    for name in secret_names or ():
+        argv += ["--env", name]
     argv += ["--entrypoint", "bash", _image(target), "-c", CONTAINER_SCRIPT]
     argv += [f"{node_dir}/run.sh", f"{node_dir}/job.log"]
     return argv
-
-
-def env_file(path: str, secrets: dict[str, str]) -> WriteFile:
-    """`NAME=value` lines, taken by Docker byte for byte (no quotes, no expansion); a value
-    Docker cannot carry (a newline) is refused here rather than cut short there."""
-    for name, value in secrets.items():
-        if "\n" in value or "\r" in value:
-            raise UsageError(
-                f"secrets: {name} holds a line break, which a Docker env file cannot carry",
-                "store it base64-encoded and decode it in the job",
-            )
-    content = "".join(f"{name}={value}\n" for name, value in sorted(secrets.items()))
-    return WriteFile(path=path, content=content, mode=0o600, secret=True)
 
 
 def _image(target: NodeLayout) -> str:

@@ -52,16 +52,28 @@ class SyncDir:
 
 
 @dataclass(frozen=True)
+class SecretInput:
+    """Secrets a command reads on its standard input (one JSON object): the start's, which
+    the agent keeps in memory, so no secret lands in a file on the host. `names` are what
+    the dry run shows; the values never are."""
+
+    content: str = field(repr=False)
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunCommand:
     """A command run on the node; `argv` is literal, never re-split by a shell. `reads_log`:
     the start also answers the log's first bytes (the follow starts from them); `hint`:
-    what to look at when it fails, if the command line itself says little."""
+    what to look at when it fails, if the command line itself says little; `input`: the
+    secrets it reads on its stdin."""
 
     argv: tuple[str, ...]
     why: str
     starts_job: bool = False
     reads_log: bool = False
     hint: str | None = None
+    input: SecretInput | None = None
 
 
 Step = WriteFile | CopyFile | SyncDir | RunCommand

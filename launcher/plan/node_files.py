@@ -1,5 +1,6 @@
-"""The per-node files the agent reads: job.json (what to run, how to care for checkpoints)
-and the secrets file (JSON for the bare runtime, a Docker env file for containers)."""
+"""What the agent of a node reads: job.json (what to run, how to care for checkpoints) and
+the secrets, on the start's stdin (`start_input`), or, where the start is not gpujob's to
+run (SLURM starts the nodes), in a 0600 file the agent deletes at the start."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import json
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from launcher.plan import docker
-from launcher.plan.model import JobLimits, NodeLayout, Step, WriteFile
+from launcher.plan.docker import container_name
+from launcher.plan.model import JobLimits, SecretInput, NodeLayout, WriteFile
 from launcher.spec.job import JobSpec
 
 if TYPE_CHECKING:
     from launcher.plan.build import CheckpointSync
 
 SECRETS_JSON = "secrets.json"
-SECRETS_ENV = "secrets.env"
+STORAGE_JSON = "storage.json"
 GRACE_S = 30
 
 
@@ -31,10 +32,12 @@ def checkpoint_care(
     sync: CheckpointSync | None,
     job_id: str,
     job_env: dict[str, str] | None = None,
+    storage_file: bool = False,
 ) -> dict[str, object]:
     """What the agent's checkpoint watcher does on this host (agent/ckpt_watch.py). Hooks
     get `job_env`, the node's own variables (GPUJOB_CHECKPOINT_DIR, the spec's envs...), as
-    the job's processes do."""
+    the job's processes do. The remote's keys come on the start's stdin, or with
+    `storage_file` in a 0600 file the agent deletes."""
     ckpt = spec.checkpoints
     return {
         "logs_to": logs_path(sync.rclone_path, job_id) if sync else None,
@@ -47,7 +50,7 @@ def checkpoint_care(
         "complete_when": ckpt.complete_when,
         "hook_env": job_env or {},
         "workdir": f"{job_dir}/workdir",
-        "storage_env_file": "storage.json" if sync and sync.env else None,
+        "storage_env_file": STORAGE_JSON if storage_file and sync and sync.env else None,
     }
 
 
@@ -64,19 +67,23 @@ def job_limits(spec: JobSpec, sync: CheckpointSync | None) -> JobLimits | None:
     )
 
 
-def secrets_file(target: NodeLayout, node_dir: str, secrets: dict[str, str]) -> Step | None:
-    """Mode 0600 from the first byte; the agent deletes it once the job has started. The
-    bare runtime's agent reads JSON into the job's environment; Docker reads an env file."""
+def secrets_file(path: str, secrets: dict[str, str]) -> WriteFile | None:
+    """Mode 0600 from the first byte; the agent deletes it once it has read it, at the
+    start. Only where gpujob does not run the start itself (SLURM)."""
     if not secrets:
         return None
-    if target.runtime == "docker":
-        return docker.env_file(f"{node_dir}/{SECRETS_ENV}", secrets)
-    return WriteFile(
-        path=f"{node_dir}/{SECRETS_JSON}",
-        content=json.dumps(secrets, sort_keys=True) + "\n",
-        mode=0o600,
-        secret=True,
-    )
+    return WriteFile(path=path, content=json.dumps(secrets, sort_keys=True) + "\n",
+                     mode=0o600, secret=True)  # fmt: skip
+
+
+def start_input(secrets: dict[str, str], storage: dict[str, str]) -> SecretInput | None:
+    """The secrets and the S3 remote's keys on the start's stdin: the agent keeps them in
+    memory (a container gets them in `docker run`'s environment), so none is ever in a file
+    on the host, and a client killed at any point leaves none behind."""
+    if not secrets and not storage:
+        return None
+    content = json.dumps({"secrets": secrets, "storage": storage}, sort_keys=True)
+    return SecretInput(content=content, names=(*sorted(secrets), *sorted(storage)))
 
 
 def agent_config(
@@ -87,7 +94,10 @@ def agent_config(
     secrets: dict[str, str],
     argv: list[str],
     care: dict[str, object] | None = None,
+    *,
+    on_stdin: bool = False,
 ) -> str:
+    """`on_stdin`: the start brings the secrets on its stdin (`start_input`)."""
     docker_runtime = target.runtime == "docker"
     config: dict[str, object] = {
         "job_id": job_id,
@@ -96,10 +106,12 @@ def agent_config(
         "runtime": target.runtime,
         "argv": argv,
         "log": "job.log",
-        "secrets_file": (SECRETS_ENV if docker_runtime else SECRETS_JSON) if secrets else None,
-        "container": docker.container_name(job_id, rank) if docker_runtime else None,
+        "secrets_file": SECRETS_JSON if secrets and not on_stdin else None,
+        "container": container_name(job_id, rank) if docker_runtime else None,
         "grace_s": GRACE_S,
     }
+    if on_stdin:
+        config["secrets_on_stdin"] = True
     if care:
         config["checkpoints"] = care
     if spec.max_duration is not None:

@@ -23,6 +23,7 @@ from launcher.plan.model import (
     Plan,
     ReachCheck,
     RunCommand,
+    SecretInput,
     SyncDir,
     WriteFile,
 )
@@ -140,6 +141,9 @@ def _run_lines(step: RunCommand, where: str = "") -> list[str]:
         out = [verb + " ".join(words)]
         out.extend(f"    | {line}".rstrip() for line in shown(step.argv[script]).splitlines())
     out.append(f"        # {step.why}")
+    if step.input is not None:
+        given = ", ".join(f"{name}={MASK}" for name in step.input.names)
+        out.append(f"        # on its stdin, never in a file on the host: {given}")
     return out
 
 
@@ -178,6 +182,8 @@ def plan_json(plan: Plan) -> str:
     `starts_in_batch` says whether the start ends the node's one batch."""
 
     def convert(value: Any) -> Any:
+        if isinstance(value, SecretInput):
+            return {"names": list(value.names), "content": MASK, "on": "stdin"}
         if isinstance(value, WriteFile) and value.secret:
             return {**dataclasses.asdict(value), "path": shown(value.path),
                     "content": _masked(value.content), "kind": "write"}  # fmt: skip

@@ -190,8 +190,10 @@ def build_slurm_plan(
                          f"{', '.join(CONTAINERS)}")  # fmt: skip
     in_container = bool(cluster.container and image_ref)
     target = slurm_target(cluster, spec, "python3" if in_container else python)
+    # SLURM runs the nodes' starts, not gpujob: the secrets wait in 0600 files on the shared
+    # filesystem, which each node's agent deletes at its start (and `cancel`, if it never did)
     plan = build_plan(spec, target, job_id, secrets, None if in_container else image, sources,
-                      sync, follow=False)  # fmt: skip
+                      sync, follow=False, secrets_on_stdin=False)  # fmt: skip
     job_dir = plan.nodes[0].job_dir
     script_path = f"{job_dir}/{SCRIPT}"
     options = directives(spec, cluster, job_id, job_dir)

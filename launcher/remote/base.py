@@ -27,8 +27,12 @@ class Result:
 class Connection(Protocol):
     host: str
 
-    def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
-        """Run a literal argv; with `stream`, show its stderr as it comes (long steps)."""
+    def run(
+        self, argv: tuple[str, ...] | list[str], *, stream: bool = False, input: bytes | None = None
+    ) -> Result:
+        """Run a literal argv; with `stream`, show its stderr as it comes (long steps). `input`
+        goes to its standard input (secrets: never a file or a command line on the host);
+        without it, the command reads an empty input."""
         ...
 
     def put(self, path: str, content: bytes, mode: int) -> None:

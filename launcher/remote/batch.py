@@ -12,13 +12,15 @@ The program reads JSON lines on stdin (a file's bytes follow its line) and answe
 
     {"sync": ROOT, "have": {REL: [SIZE, MTIME]}, "mirror": BOOL}  ->  {"need": [REL, ...]}
     {"file": PATH, "size": N, "mode": M, "mtime": T or null} + N bytes
-    {"run": ARGV, "stream": BOOL}  ->  {"code": C, "out": N, "err": STDERR} + N bytes
+    {"run": ARGV, "stream": BOOL, "input": N or null} + N bytes  ->  {"code": C, "out": N,
+                                                          "err": STDERR} + N bytes
     (end of input)  ->  {"done": FILES}        (a failure of its own: {"error": TEXT})
 
 A command's stdout comes back whole, byte for byte (the first read of a job's log is one);
 a streamed command's stderr goes straight through (a pull's progress), the others' tail is
-answered with their exit code. Each file lands whole: a temp file of its final mode from
-the first byte, renamed over.
+answered with their exit code. A command's `input` (the start's secrets) goes to its stdin
+from the stream: it never lands in a file on the host. Each file lands whole: a temp file
+of its final mode from the first byte, renamed over.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -99,8 +101,11 @@ def receive(meta):
 
 
 def run(meta):
-    proc = subprocess.Popen(meta["run"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    given = src.read(meta["input"]) if meta.get("input") is not None else None
+    proc = subprocess.Popen(meta["run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL if given is None else subprocess.PIPE)
+    if given is not None:  # from a thread: the command may write before it reads
+        threading.Thread(target=feed, args=(proc, given), daemon=True).start()
     kept = [b""]
 
     def drain():  # a streamed command's stderr goes through as it comes; its tail is kept
@@ -120,6 +125,14 @@ def run(meta):
     code = proc.wait()
     say({"code": code, "out": len(out), "err": kept[0].decode(errors="replace")}, out)
     return code == 0
+
+
+def feed(proc, given):
+    try:
+        proc.stdin.write(given)
+        proc.stdin.close()
+    except OSError:
+        pass
 
 
 files = 0
@@ -151,6 +164,10 @@ class File:
 class Run:
     argv: tuple[str, ...]
     stream: bool = False
+    input: bytes | None = field(default=None, repr=False)  # may be a secret
+    on_sent: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    """Called just before the command goes out: from then on it may run on the host even
+    if the connection breaks before its answer (a job's start: apply.py)."""
 
 
 Sync = SyncDir
@@ -207,7 +224,12 @@ def run_batch(ops: list[Op], pipe: Pipe, where: str) -> Outcome:
             elif isinstance(op, File):
                 _send_file(pipe, op.path, len(op.content), op.mode, None, [op.content])
             else:
-                pipe.send(_line({"run": list(op.argv), "stream": op.stream}))
+                if op.on_sent is not None:
+                    op.on_sent()
+                given = None if op.input is None else len(op.input)
+                pipe.send(_line({"run": list(op.argv), "stream": op.stream, "input": given}))
+                if op.input:
+                    pipe.send(op.input)
         pipe.end()
     except HostStopped:
         pass  # its answers say why

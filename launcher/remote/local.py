@@ -19,16 +19,18 @@ READ_CHUNK = 4 << 20
 class LocalConnection:
     host = "local"
 
-    def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
+    def run(
+        self, argv: tuple[str, ...] | list[str], *, stream: bool = False, input: bytes | None = None
+    ) -> Result:
         proc = subprocess.run(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            input=input or b"",
             stdout=subprocess.PIPE,
             stderr=None if stream else subprocess.PIPE,
-            text=True,
             check=False,
         )
-        return Result(proc.returncode, proc.stdout, proc.stderr or "")
+        err = proc.stderr.decode(errors="replace") if proc.stderr else ""
+        return Result(proc.returncode, proc.stdout.decode(errors="replace"), err)
 
     def put(self, path: str, content: bytes, mode: int) -> None:
         atomic_write(Path(path), content, mode)

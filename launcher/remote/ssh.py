@@ -9,6 +9,7 @@ Files go through one exec of the batch program (batch.py): no SFTP.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -96,9 +97,11 @@ class SSHConnection:
 
     # -- commands ---------------------------------------------------------------------------
 
-    def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
+    def run(
+        self, argv: tuple[str, ...] | list[str], *, stream: bool = False, input: bytes | None = None
+    ) -> Result:
         try:
-            code, out, err = self._exec(shlex.join(argv), stream=stream)
+            code, out, err = self._exec(shlex.join(argv), stream=stream, input=input)
         except ConnectionLost as lost:
             raise GpujobError(
                 f"{self.host}: the connection dropped during `{shlex.join(argv)[:80]}`: {lost}",
@@ -106,23 +109,29 @@ class SSHConnection:
             ) from None
         return Result(code, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def _exec(self, command: str, *, stream: bool = False) -> tuple[int, bytes, bytes]:
-        """Run `command`; with `stream` its stderr is shown as it comes. Raises ConnectionLost
-        when ssh itself failed (exit 255 with its own complaint)."""
+    def _exec(
+        self, command: str, *, stream: bool = False, input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Run `command`; with `stream` its stderr is shown as it comes; `input` on its stdin
+        (through the channel: nothing of it on the host's disk or command line). Raises
+        ConnectionLost when ssh itself failed (exit 255 with its own complaint)."""
         self.connect()
         proc = subprocess.Popen(
             self.client.command(command),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
             if stream:
                 assert proc.stdout is not None and proc.stderr is not None
                 tee = StderrTee(proc.stderr)
+                if input is not None:
+                    _feed(proc, input)
                 out = proc.stdout.read()
                 code = proc.wait()
                 err = tee.text()
             else:
-                out, err = proc.communicate()
+                out, err = proc.communicate(input)
                 code = proc.returncode
         except BaseException:  # Ctrl-C: the command's channel closes with us
             proc.kill()
@@ -231,6 +240,20 @@ class SSHConnection:
                 )
             self._drop()  # a torn read: ask again from the last byte taken
         raise GpujobError(f"lost the connection to {self.host} {READ_ATTEMPTS} times in a row")
+
+
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    """`data` to the process's stdin from a thread, closed after it: the command may write
+    more than a pipe holds before it reads its input."""
+    import threading
+
+    def write() -> None:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            proc.stdin.write(data)
+            proc.stdin.close()
+
+    threading.Thread(target=write, daemon=True).start()
 
 
 class SSHPipe(ProcessPipe):

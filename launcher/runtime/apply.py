@@ -16,6 +16,7 @@ import re
 import shlex
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -42,45 +43,97 @@ CAUSE = re.compile(r"error|not available|no such|denied|not found|refused|unreac
 """A line that says why (pip's `ERROR: ...`), picked over a closing `Failing command: ...`."""
 
 
+@dataclass
+class NodeStart:
+    """One node's start as apply saw it, for a caller whose apply broke off: a start that
+    went out and was not answered may have run on the host (the channel was cut), so its
+    job is `starting` until its agent says, never `failed`."""
+
+    rank: int
+    sent: bool = False
+    """The start command went out (all of it or part): from then on it may run there."""
+    answer: Result | None = None
+    """What it answered, if it did."""
+    stopped: bool = False
+    """Stopped again because another node failed to start (its cancel answered)."""
+
+    @property
+    def may_run(self) -> bool:
+        return self.sent and not self.stopped and (self.answer is None or self.answer.ok)
+
+
+@dataclass
+class Starts:
+    """Every node's start, filled in as apply goes (read it after apply raised)."""
+
+    nodes: dict[int, NodeStart] = field(default_factory=dict)
+
+    def of(self, rank: int) -> NodeStart:
+        return self.nodes.setdefault(rank, NodeStart(rank))
+
+    @property
+    def may_run(self) -> list[int]:
+        """The ranks whose job may run on their host."""
+        return sorted(rank for rank, node in self.nodes.items() if node.may_run)
+
+
 def apply_plan(
-    plan: Plan, connections: dict[str, Connection], report: Report
+    plan: Plan, connections: dict[str, Connection], report: Report, starts: Starts | None = None
 ) -> dict[int, FirstRead]:
     """Each node is prepared in one batch (one exec on its host). A job of one node starts in
     that same batch, whose start may read the log's first bytes (`reads_log`): returned by
     node rank for the log follow to start from. A job of several starts only once every node
-    is prepared and reaches node 0's rendezvous port."""
+    is prepared and reaches node 0's rendezvous port. `starts` says, if apply raises, which
+    starts went out and what they answered."""
+    starts = Starts() if starts is None else starts
     at_once = plan.starts_in_batch
     first: dict[int, FirstRead] = {}
     for node in plan.nodes:
-        read = _prepare(node, connections[node.host], report, at_once)
+        read = _prepare(node, connections[node.host], report, at_once, starts.of(node.rank))
         if read is not None:
             first[node.rank] = read
     if at_once:
         return first
     for check in plan.checks:
         check_reach(check, connections, report)
-    started: list[NodePlan] = []
     try:
         for node in plan.nodes:
-            start = node.start
-            _require(node, start, connections[node.host].run(start.argv))
+            start, seen = node.start, starts.of(node.rank)
+            seen.sent = True
+            seen.answer = connections[node.host].run(start.argv, input=_input(start))
+            _require(node, start, seen.answer)
             report(f"node {node.rank}: job started")
-            started.append(node)
     except BaseException:
-        for node in started:
-            if node.on_failure is not None:
-                report(f"node {node.rank}: stopping it (another node failed to start)")
-                connections[node.host].run(node.on_failure.argv)
+        _undo(plan, connections, report, starts)
         raise
     return first
 
 
+def _undo(plan: Plan, connections: dict[str, Connection], report: Report, starts: Starts) -> None:
+    """All or none: the nodes whose start may have run are stopped with their printed
+    cancel; one whose host does not answer stays as it is (`starts` says it may run)."""
+    for node in plan.nodes:
+        if node.on_failure is None or not starts.of(node.rank).may_run:
+            continue
+        report(f"node {node.rank}: stopping it (another node failed to start)")
+        try:
+            stopped = connections[node.host].run(node.on_failure.argv)
+        except GpujobError as err:
+            report(f"node {node.rank}: could not stop it: {err.one_line()}")
+            continue
+        starts.of(node.rank).stopped = stopped.ok
+
+
 def _prepare(
-    node: NodePlan, conn: Connection, report: Report, with_start: bool
+    node: NodePlan, conn: Connection, report: Report, with_start: bool, seen: NodeStart
 ) -> FirstRead | None:
     ops: list[Op] = []
     commands: list[RunCommand] = []
     syncs = 0
+
+    def sent() -> None:
+        seen.sent = True
+
     for step in node.steps if with_start else node.preparation:
         if isinstance(step, WriteFile | CopyFile):
             ops.append(File(*_file_of(step)))
@@ -88,21 +141,25 @@ def _prepare(
             syncs += 1
             ops.append(step)
         elif isinstance(step, RunCommand):
-            ops.append(Run(step.argv, stream=not step.starts_job))
+            ops.append(Run(step.argv, stream=not step.starts_job, input=_input(step),
+                           on_sent=sent if step.starts_job else None))  # fmt: skip
             commands.append(step)
     try:
         outcome = conn.batch(ops)
     except GpujobError as err:
-        if not with_start:
+        if not seen.sent:
             raise
-        raise GpujobError(  # the start may have reached the host before the line went
+        raise GpujobError(  # the start went out: it may have reached the host
             f"{err.message}; the job may have started there",
             f"`gpujob logs {PurePosixPath(node.job_dir).name} -f` finds out (and follows it)",
         ) from None
+    if len(outcome.runs) < len(commands):
+        seen.sent = False  # a command before it failed: the host stopped there, never started
     if syncs:
         report(f"node {node.rank}: shipped the workdir ({outcome.sent} file(s) changed)")
     for command, result in zip(commands, outcome.runs, strict=False):
         if command.starts_job:
+            seen.answer = result
             _require(node, command, result)
         else:
             require_prepared(node, command, result, report)
@@ -201,6 +258,11 @@ def _last(result: Result) -> str:
     except ValueError:
         return lines[-1]
     return str(status.get("reason", lines[-1])) if isinstance(status, dict) else lines[-1]
+
+
+def _input(step: RunCommand) -> bytes | None:
+    """What the command reads on its stdin (the start's secrets), as bytes."""
+    return None if step.input is None else step.input.content.encode()
 
 
 def _file_of(step: WriteFile | CopyFile) -> tuple[str, bytes, int]:

@@ -2,16 +2,13 @@
 where the checkpoints are and from where S3 must answer.
 
 Each step is a short stdlib Python program run with the host's python3 (`python3 -c`, argv
-literal). The remote's variables travel as a 0600 JSON file that the program deletes once
-read, so keys are never on a command line; the file is removed again afterwards in case the
-program never started.
+literal). The remote's variables travel on the program's stdin, so keys are never on a
+command line or in a file on the host: a client killed at any point leaves none behind.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-from pathlib import PurePosixPath
 from typing import Any
 
 from launcher.errors import GpujobError
@@ -19,14 +16,12 @@ from launcher.remote.base import Connection, Result
 
 PROBE = r"""
 import json, os, subprocess, sys, uuid
-env_file, bucket_path, prefix_path = sys.argv[1:4]
+bucket_path, prefix_path = sys.argv[1:3]
 env = dict(os.environ)
 env.pop("AWS_CA_BUNDLE", None)
 env["RCLONE_CONFIG"] = "/dev/null"
 env["PATH"] = os.path.expanduser("~/.local/bin") + os.pathsep + env.get("PATH", "")
-with open(env_file) as handle:
-    env.update(json.load(handle))
-os.remove(env_file)
+env.update(json.load(sys.stdin))
 probe = prefix_path.rstrip("/") + "/.gpujob-probe-" + uuid.uuid4().hex[:8]
 steps = [("list the bucket", ["rclone", "lsf", "--max-depth", "1", bucket_path]),
          ("write a probe object", ["rclone", "touch", probe]),
@@ -51,26 +46,16 @@ print(shutil.disk_usage(path).free, int(os.path.isdir(os.path.expanduser(sys.arg
 
 
 def run_python(
-    conn: Connection, script: str, args: list[str], scratch: str, env: dict[str, str] | None = None
+    conn: Connection, script: str, args: list[str], env: dict[str, str] | None = None
 ) -> Result:
-    argv = ["python3", "-c", script]
-    env_file = None
-    if env is not None:
-        env_file = str(PurePosixPath(scratch) / f".gpujob-env-{secrets.token_hex(4)}.json")
-        conn.put(env_file, json.dumps(env).encode(), 0o600)
-        argv.append(env_file)
-    try:
-        return conn.run([*argv, *args])
-    finally:
-        if env_file:
-            conn.run(["rm", "-f", env_file])
+    """`script` with the host's python3; `env` (the remote's keys) as JSON on its stdin."""
+    given = None if env is None else json.dumps(env).encode()
+    return conn.run(["python3", "-c", script, *args], input=given)
 
 
-def probe(
-    conn: Connection, env: dict[str, str], bucket_path: str, prefix_path: str, scratch: str
-) -> str | None:
+def probe(conn: Connection, env: dict[str, str], bucket_path: str, prefix_path: str) -> str | None:
     """None when the host lists the bucket and writes/deletes a probe; else what failed."""
-    result = run_python(conn, PROBE, [bucket_path, prefix_path], scratch, env)
+    result = run_python(conn, PROBE, [bucket_path, prefix_path], env)
     if result.ok and result.stdout.strip() == "ok":
         return None
     return (result.stdout.strip() or result.stderr.strip() or f"exit {result.exit_code}")[-300:]
@@ -78,7 +63,7 @@ def probe(
 
 def free_space(conn: Connection, path: str, env_dir: str) -> tuple[int, bool, str]:
     """(free bytes where `path` will be, whether `env_dir` exists, the folder measured)."""
-    result = run_python(conn, FREE, [path, env_dir], "")
+    result = run_python(conn, FREE, [path, env_dir])
     try:
         free, exists, where = result.stdout.split(maxsplit=2)
         return int(free), exists == "1", where.strip()

@@ -134,7 +134,7 @@ def _remote_host_checks(
     env = rclone_config.env_vars(target.remote, credentials(target.remote), for_hosts=True)
     bucket = rclone_config.rclone_path(target.remote, "")
     failed = on_host.probe(
-        conn, env, bucket, rclone_config.rclone_path(target.remote, target.prefix), node.job_dir
+        conn, env, bucket, rclone_config.rclone_path(target.remote, target.prefix)
     )
     if failed:
         raise RemoteUnreachable(

@@ -1,8 +1,9 @@
 """`gpujob sync-ckpt`: run the agent's own sync (ckpt_sync.py) where the checkpoints are.
 
 For a job, that is the job's host, through its Connection: the file is already there beside
-the agent, the remote's variables go as a 0600 env file that ckpt_sync deletes once read, and
-rclone runs on the host, so checkpoints never travel through this machine. A pull with no
+the agent, the remote's variables go on ckpt_sync's stdin (never a file on the host, which a
+client killed mid-way would leave behind), and rclone runs on the host, so checkpoints never
+travel through this machine. A pull with no
 job runs here. Both print rclone's progress and end with a verified list.
 
 What runs there is one `SyncCommand`, built the same way for a dry run, which prints it and
@@ -13,7 +14,6 @@ commands it would run: it lists S3 and the checkpoints, and changes nothing.
 from __future__ import annotations
 
 import json
-import secrets
 import shlex
 import sys
 from collections.abc import Callable
@@ -47,7 +47,6 @@ class Where:
     conn: Connection
     python: str
     module: str
-    scratch: str
     remote_host: bool = False
     ships: tuple[tuple[str, str], ...] = ()
     """(file here, path there): the sync modules, put there before the sync runs."""
@@ -55,11 +54,10 @@ class Where:
 
 def _local() -> Where:
     from launcher.agent import CHECKPOINT_SOURCES
-    from launcher.paths import config_dir
     from launcher.remote.local import LocalConnection
 
     module = next(s for s in CHECKPOINT_SOURCES if s.endswith("ckpt_sync.py"))
-    return Where(LocalConnection(), sys.executable, module, str(config_dir() / "tmp"))
+    return Where(LocalConnection(), sys.executable, module)
 
 
 def _on_host(name: str) -> Where:
@@ -71,7 +69,7 @@ def _on_host(name: str) -> Where:
     conn = ssh_hosts.connect(ssh_hosts.resolve_host(name))
     folder = f"{host_facts(conn).home}/.gpujob/bin"
     ships = tuple((s, f"{folder}/{PurePosixPath(s).name}") for s in CHECKPOINT_SOURCES)
-    return Where(conn, "python3", f"{folder}/ckpt_sync.py", folder, True, ships)
+    return Where(conn, "python3", f"{folder}/ckpt_sync.py", True, ships)
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ def _job_side(job: Any, reach: Callable[[Any], JobSide]) -> tuple[Where, dict[st
     node_dir = PurePosixPath(job.node_dirs[0])
     module = str(node_dir.parent / "ckpt_sync.py")
     side = reach(job)
-    where = Where(side.conn, side.python, module, str(node_dir), remote_host=side.remote_host)
+    where = Where(side.conn, side.python, module, remote_host=side.remote_host)
     care = read_json(where.conn, str(node_dir / "job.json")).get("checkpoints") or {}
     if not care:
         raise UsageError(f"job {job.id} was submitted before checkpoint care existed")
@@ -141,35 +139,28 @@ def sync_ckpt(request: SyncRequest, reach: Callable[[Any], JobSide] | None = Non
 @dataclass(frozen=True)
 class SyncCommand:
     """One sync-ckpt on the side holding the checkpoints, in the order it runs: the modules
-    shipped (`--on`), the remote's variables written as a 0600 file (ckpt_sync deletes it
-    once read), ckpt_sync run, the file removed again in case it never started."""
+    shipped (`--on`), then ckpt_sync run with the remote's variables on its stdin."""
 
     host: str
     direction: str
     remote: str
     ships: tuple[tuple[str, str], ...]
-    env_file: str
     argv: tuple[str, ...]
     env: dict[str, str] = field(repr=False)
-
-    @property
-    def cleanup(self) -> tuple[str, ...]:
-        return ("rm", "-f", self.env_file)
 
     def lines(self) -> list[str]:
         """The literal steps; the variables by name, their values never."""
         at = f"on {self.host}:"
         out = [f"{at} copy  {here} -> {there} (mode 0644)" for here, there in self.ships]
-        out.append(f"{at} write {self.env_file} (mode 0600): "
-                   + ", ".join(f"{name}=***" for name in sorted(self.env)))  # fmt: skip
         out.append(f"{at} run   {shlex.join(self.argv)}")
-        out.append(f"{at} run   {shlex.join(self.cleanup)}")
+        out.append(f"{at}       its stdin, never a file on the host: "
+                   + ", ".join(f"{name}=***" for name in sorted(self.env)))  # fmt: skip
         return out
 
 
-def _argv(python: str, module: str, direction: str, source: str, dest: str, env_file: str,
+def _argv(python: str, module: str, direction: str, source: str, dest: str,
           request: SyncRequest) -> tuple[str, ...]:  # fmt: skip
-    argv = [python, module, direction, source, dest, "--env-file", env_file]
+    argv = [python, module, direction, source, dest, "--env-file", "-"]
     argv += ["--latest"] if request.latest else []
     argv += ["--step", str(request.step)] if request.step is not None else []
     return (*argv, *["--json"] * request.as_json)
@@ -181,9 +172,8 @@ def _command(
     from launcher.storage.remotes import credentials
 
     env = rclone_config.env_vars(path.remote, credentials(path.remote), where.remote_host)
-    env_file = str(PurePosixPath(where.scratch) / f".gpujob-sync-{secrets.token_hex(4)}.json")
-    argv = _argv(where.python, where.module, direction, source, dest, env_file, request)
-    return SyncCommand(where.conn.host, direction, str(path), where.ships, env_file, argv, env)
+    argv = _argv(where.python, where.module, direction, source, dest, request)
+    return SyncCommand(where.conn.host, direction, str(path), where.ships, argv, env)
 
 
 def _run(where: Where, command: SyncCommand, request: SyncRequest) -> int:
@@ -207,11 +197,7 @@ def _execute(conn: Connection, command: SyncCommand, stream: bool) -> Any:
     """The command's steps, in order, through the connection."""
     for here, there in command.ships:
         conn.put_file(here, there, 0o644)
-    conn.put(command.env_file, json.dumps(command.env).encode(), 0o600)
-    try:
-        return conn.run(command.argv, stream=stream)
-    finally:
-        conn.run(command.cleanup)
+    return conn.run(command.argv, stream=stream, input=json.dumps(command.env).encode())
 
 
 def _preview(where: Where, command: SyncCommand, request: SyncRequest) -> int:
@@ -226,10 +212,9 @@ def _preview(where: Where, command: SyncCommand, request: SyncRequest) -> int:
         ships = tuple((here, f"{scratch}/{PurePosixPath(there).name}")
                       for here, there in command.ships)  # fmt: skip
         module = f"{scratch}/{PurePosixPath(where.module).name}" if ships else where.module
-        env_file = f"{scratch}/{PurePosixPath(command.env_file).name}"
         _, _, direction, source, dest = command.argv[:5]
-        argv = _argv(where.python, module, direction, source, dest, env_file, request)
-        probe = replace(command, ships=ships, env_file=env_file, argv=(*argv, "--dry-run"))
+        argv = _argv(where.python, module, direction, source, dest, request)
+        probe = replace(command, ships=ships, argv=(*argv, "--dry-run"))
         result = _execute(where.conn, probe, stream=False)
     finally:
         where.conn.run(["rm", "-rf", scratch])

@@ -152,6 +152,16 @@ class Node:
         return self.connection.run(self.cancel_argv(grace_s))
 
 
+@dataclass(frozen=True)
+class Cancelled:
+    """What a cancel found: each node's answer in rank order (its end, or `had_ended` where it
+    had ended before the cancel), or none where the target recorded the end itself and
+    `line` says how."""
+
+    line: str
+    answers: list[NodeStatus] = field(default_factory=list)
+
+
 class Target(Protocol):
     kind: str
     traits: Traits
@@ -184,8 +194,10 @@ class Target(Protocol):
         """What `cancel` runs, as `cancel --dry-run` prints it."""
         ...
 
-    def cancel(self, job: JobRecord, grace_s: float) -> str:
-        """Stop every node; the line that says how it ended. Records the end itself where
+    def cancel(self, job: JobRecord, grace_s: float) -> Cancelled:
+        """Stop every node: each agent's answer (its node's end, as it recorded it), or the
+        line that says how it ended where the target records the end itself (a cluster's job
+        may have ended first). Was: the line that says how it ended. Records the end itself where
         the target knows better than "cancelled" (a cluster's job may have ended first)."""
         ...
 

@@ -19,6 +19,7 @@ from launcher.state.db import JobRecord, StateDB
 from launcher.state.job_states import JobState
 from launcher.targets.base import (
     BeforeStart,
+    Cancelled,
     JobInput,
     LaunchRequest,
     Node,
@@ -122,7 +123,7 @@ class HostsTarget:
             raise
 
     def _start(self, submission: HostsSubmission) -> Started:
-        from launcher.runtime.apply import apply_plan
+        from launcher.runtime.apply import Starts, apply_plan
 
         plan, loaded, request = submission.plan, submission.job.loaded, submission.request
         spec, job_id = loaded.spec, plan.job_id
@@ -141,10 +142,16 @@ class HostsTarget:
             db.restart_job(record)
         else:
             db.add_job(record)
+        starts = Starts()
         try:
-            first_reads = apply_plan(plan, submission.placed.connections, say)
+            first_reads = apply_plan(plan, submission.placed.connections, say, starts)
         except BaseException:
-            db.update_job(job_id, JobState.FAILED, exit_code=1, last_line="failed to start")
+            if starts.may_run:  # a start went out unanswered or ran: its agent says, next time
+                ranks = ", ".join(map(str, starts.may_run))
+                db.update_job(job_id, JobState.STARTING,
+                              last_line=f"the start may have reached node(s) {ranks}")  # fmt: skip
+            else:
+                db.update_job(job_id, JobState.FAILED, exit_code=1, last_line="failed to start")
             raise
         kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
         db.update_job(job_id, JobState.RUNNING)
@@ -202,20 +209,32 @@ class HostsTarget:
             f"node {rank} on {host}: {shlex.join(argv)}" for rank, (host, argv) in enumerate(pairs)
         ]
 
-    def cancel(self, job: JobRecord, grace_s: float) -> str:
+    def cancel(self, job: JobRecord, grace_s: float) -> Cancelled:
         nodes = self.nodes(job)
-        failures = []
+        failures, answers = [], []
         try:
             for node in nodes:
                 result = node.cancel(grace_s)
                 if not result.ok:
-                    failures.append(f"node {node.rank}: {result.stderr.strip()[-200:]}")
+                    said = result.stderr.strip() or result.stdout.strip()
+                    failures.append(f"node {node.rank}: {said[-200:]}")
+                answers.append(_last_json(result.stdout))
         finally:
             close_all([node.connection for node in nodes])
         if failures:
             raise GpujobError(f"cancel failed on {'; '.join(failures)}")
-        StateDB().update_job(job.id, JobState.CANCELLED)
-        return f"job {job.id} cancelled on {len(nodes)} node(s)"
+        return Cancelled(f"job {job.id} cancelled on {len(nodes)} node(s)", answers)
 
     def release(self, job: JobRecord, why: str) -> list[str]:
         return []
+
+
+def _last_json(stdout: str) -> NodeStatus:
+    """The agent's answer: the last line it printed, a JSON status (empty if none)."""
+    import json
+
+    try:
+        answer = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}
+    return answer if isinstance(answer, dict) else {}

@@ -142,6 +142,62 @@ def test_status_says_lost_when_the_agent_and_job_are_killed(
     assert status_of(state, "lost")["state"] == "lost"
 
 
+def test_cancel_stops_the_job_after_its_agent_was_killed(
+    tmp_path: Path, state: dict[str, str], request: pytest.FixtureRequest
+) -> None:
+    """What an OOM killer does to the supervisor: the job's processes run on, status says
+    so, and cancel stops every one of them and records the end."""
+    program = ("import subprocess, sys, time\n"  # a child in a session of its own, as
+               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+               " start_new_session=True)\n"  # torchrun's workers are
+               "print('working', flush=True)\ntime.sleep(600)\n")  # fmt: skip
+    spec = write_job(tmp_path, program)
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "orphan").returncode == 0
+    job_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "orphan"
+    node_dir = job_dir / "node-0"
+    wait_for(lambda: b"working" in (node_dir / "job.log").read_bytes())
+    status = json.loads((node_dir / "status.json").read_text())
+    os.kill(status["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: not alive(status["supervisor_pid"]))
+    before = job_processes(status["pid"], job_dir)
+    request.addfinalizer(lambda: [os.kill(p, signal.SIGKILL) for p in job_processes(
+        status["pid"], job_dir)])  # fmt: skip
+    assert len(before) >= 3, before  # torchrun (run.sh exec'd it), its worker, the child
+
+    row = status_of(state, "orphan")
+    assert row["state"] == "lost"
+    assert f"still run (pgid {status['pid']})" in row["last_line"], row
+    assert "gpujob cancel stops them" in row["last_line"]
+    assert job_processes(status["pid"], job_dir) == before
+
+    cancelled = gpujob(state, "cancel", "orphan", "--grace", "3")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert b"cancelled on 1 node(s)" in cancelled.stderr
+    assert job_processes(status["pid"], job_dir) == []
+    row = status_of(state, "orphan")
+    assert row["state"] == "cancelled"
+    recorded = json.loads((node_dir / "status.json").read_text())
+    assert recorded["reason"].startswith("cancelled after the agent died")
+    assert "cancel: the agent is gone" in (node_dir / "job.log").read_text()
+
+
+def test_cancel_of_a_job_that_succeeded_changes_nothing(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    spec = write_job(tmp_path, "print('done', flush=True)\n")
+    assert gpujob(state, "submit", str(spec), "--job-id", "done").returncode == 0
+    node_status = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "done" / "node-0" / "status.json"
+    recorded = node_status.read_bytes()
+    for _ in range(2):  # asked again, the same answer
+        cancelled = gpujob(state, "cancel", "done")
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert b"job done had already ended (succeeded); nothing to cancel" in cancelled.stderr
+        assert (status_of(state, "done")["state"], status_of(state, "done")["exit_code"]) == (
+            "succeeded", 0)  # fmt: skip
+    assert node_status.read_bytes() == recorded
+    assert not (node_status.parent / "cancel-requested").exists()
+
+
 def test_a_secret_reaches_the_job_but_no_file_or_log(tmp_path: Path, state: dict[str, str]) -> None:
     program = "import os\nprint('token length', len(os.environ['GJ_E2E_TOKEN']), flush=True)\n"
     spec = write_job(tmp_path, program, secrets="[GJ_E2E_TOKEN]")
@@ -180,3 +236,23 @@ def descendants(pid: int) -> list[int]:
     result = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True)
     children = [int(x) for x in result.stdout.split()]
     return children + [d for child in children for d in descendants(child)]
+
+
+def job_processes(group: int, job_dir: Path) -> list[int]:
+    """Processes of the job, by what a user would look for: its process group, its job
+    folder in a command line, or a working directory inside it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if fields[0] == "Z":
+            continue
+        if int(fields[2]) == group or str(job_dir) in cmdline or cwd.startswith(str(job_dir)):
+            found.append(int(entry.name))
+    return sorted(found)

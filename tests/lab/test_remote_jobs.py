@@ -275,6 +275,40 @@ def test_cancel_stops_the_container_and_a_restarted_client_picks_up_the_log(
     assert containers(docker_lab, 0, "ticker") == []
 
 
+def test_cancel_stops_the_container_after_its_agent_was_killed(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab, known_hosts: Path
+) -> None:
+    """What an OOM killer does to the supervisor: `docker wait` dies with it, the container
+    runs on; status says so, and cancel stops and removes the container by its name."""
+    from labtools import ssh
+
+    from launcher.agent.agent_os import alive
+
+    spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    started = gpujob(env, "submit", str(spec), "--on", "ta", "--detach", "--job-id", "orphan")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    node_dir = docker_lab.node_dir(0, "orphan", 0)
+    wait_until(lambda: b"up" in docker_lab.job_log(0, "orphan"), "the job running")
+    supervisor = json.loads((node_dir / "status.json").read_text())["supervisor_pid"]
+    killed = ssh(docker_lab.hosts[0], f"kill -9 {supervisor}", known_hosts)
+    assert killed.returncode == 0, killed.stderr
+    wait_until(lambda: not alive(supervisor), "the supervisor gone")
+
+    row = status_of(env, "orphan")
+    assert row["state"] == "lost", row
+    assert "still run (container gpujob-orphan-node0): gpujob cancel stops them" in row["last_line"]
+    assert len(containers(docker_lab, 0, "orphan")) == 1
+
+    cancelled = gpujob(env, "cancel", "orphan", "--grace", "3")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert b"cancelled on 1 node(s)" in cancelled.stderr
+    assert containers(docker_lab, 0, "orphan") == []  # stopped and removed
+    assert status_of(env, "orphan")["state"] == "cancelled"
+    recorded = json.loads((node_dir / "status.json").read_text())
+    assert recorded["reason"] == (
+        "cancelled after the agent died (container gpujob-orphan-node0 stopped)")  # fmt: skip
+
+
 def test_a_containers_log_survives_ten_dropped_connections_byte_for_byte(
     tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
 ) -> None:

@@ -277,6 +277,47 @@ def test_cancel_while_running(slurm_cluster, env: dict[str, str], tmp_path: Path
     assert row["state"] == "cancelled"
 
 
+def test_a_killed_agent_leaves_nothing_of_the_job_on_the_nodes(
+    slurm_cluster, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`kill -9` of node 0's supervisor (an OOM killer): its job's processes sit outside
+    what SLURM tracks, so the node step stops them before the step ends; the other node is
+    stopped by srun; cancel then finds the job ended and nothing of it is left."""
+    from infra.lab import known_hosts_path, user_key
+
+    spec = shell_job(tmp_path, "echo started on $GPUJOB_NODE_RANK $(hostname)\nsleep 300")
+    done = gpujob(env, "submit", str(spec), "--on", "slurm:lab", "--detach")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    folder = job_dir(slurm_cluster, job_id)
+    log = folder / "node-0" / "job.log"
+    wait_until(lambda: log.is_file() and b"started on 0" in log.read_bytes(), "node 0 running",
+               timeout=60)  # fmt: skip
+    host = re.search(rb"started on 0 (\S+)", log.read_bytes()).group(1).decode()  # type: ignore[union-attr]
+    supervisor = json.loads((folder / "node-0" / "status.json").read_text())["supervisor_pid"]
+    killed = subprocess.run(
+        ["ssh", "-i", str(user_key()), "-o", f"UserKnownHostsFile={known_hosts_path()}",
+         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+         f"root@{slurm_cluster.nodes[host]}", f"kill -9 {supervisor}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == 0, killed.stderr
+
+    done = gpujob(env, "cancel", job_id)
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: squeue(slurm_cluster) == "", "the job gone from squeue", timeout=60)
+    wait_until(lambda: no_job_processes(slurm_cluster, job_id), "no process of the job left",
+               timeout=30)  # fmt: skip
+    node_0 = json.loads((folder / "node-0" / "status.json").read_text())
+    # the node step saw the supervisor gone first (it looks every 0.1 s), or scancel's TERM
+    # reached it first: either way the agent stopped what was left and recorded why
+    assert (node_0["state"] == "lost" and node_0["reason"].startswith(
+        "the agent died; the node's SLURM step stopped what was left")) or (
+        node_0["state"] == "cancelled" and node_0["reason"].startswith(
+            "cancelled after the agent died")), node_0  # fmt: skip
+    assert b"stopping what is left of the job" in log.read_bytes()
+
+
 def test_logs_say_pending_and_why_then_stream(
     slurm_cluster, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -332,6 +332,69 @@ def test_cancel_stops_a_remote_job(tmp_path: Path, env: dict[str, str], ssh_host
     assert not [p for p in tree if alive(p)]
 
 
+def test_a_submit_killed_at_any_point_leaves_no_secret_on_the_host(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost, lab: None
+) -> None:
+    """`kill -9` of `submit --on HOST` at 20 random points of its first seconds (the S3
+    probe, the preparation, the start): the job's secret and the S3 keys travel only on
+    stdin, so no file on the host holds either, whenever the client died."""
+    import random
+    import signal
+
+    from infra.lab import boot, s3
+
+    secret = "gj-token-value-never-in-a-file-5e1"
+    bucket = s3.create_bucket()
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "config.yaml").write_text(
+        f"remotes:\n  lab:\n    provider: Other\n    endpoint: {s3.endpoint()}\n"
+        f"    host_endpoint: {s3.endpoint(for_hosts=True)}\n    bucket: {bucket}\n"
+        "    access_key_env: GJ_LAB_KEY\n    secret_key_env: GJ_LAB_SECRET\n"
+    )
+    env = dict(env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY,
+               GJ_LAB_SECRET=s3.SECRET_KEY, GJ_KILL_TOKEN=secret)  # fmt: skip
+    (tmp_path / "work").mkdir()
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: killed\nimage: host\nworkdir: work\nsecrets: [GJ_KILL_TOKEN]\n"
+        "checkpoints: {sync_to: 'lab:runs/killed'}\n"
+        'run:\n  shell: |\n    echo "token length ${#GJ_KILL_TOKEN}"\n    sleep 1\n'
+    )
+
+    def submit(job_id: str) -> subprocess.Popen:
+        return subprocess.Popen([GPUJOB, "submit", str(spec), "--on", "lab", "--detach",
+                                 "--job-id", job_id], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)  # fmt: skip
+
+    began = time.monotonic()
+    whole = submit("killed-whole")
+    said_whole = whole.communicate(timeout=120)[1]
+    assert whole.returncode == 0, said_whole.decode()[-2000:]
+    assert b"reachable from lab, write probe ok" in said_whole  # the keys went on stdin
+    took = time.monotonic() - began
+    said = f"token length {len(secret)}".encode()
+    wait_for(lambda: said in ssh_host.job_log("killed-whole"), 60)
+    rng = random.Random(25)
+    for attempt in range(20):
+        proc = submit(f"killed-{attempt}")
+        time.sleep(rng.uniform(0, took))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(2)  # the jobs that started end (sleep 1); their agents' last writes are done
+
+    holders = []
+    for folder in (ssh_host.root / ".gpujob", boot.host_dir(ssh_host.lab.name) / "tmp"):
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                if secret.encode() in data or s3.SECRET_KEY.encode() in data:
+                    holders.append(str(path))
+    assert holders == []
+    started = [p for p in (ssh_host.root / ".gpujob" / "jobs").glob("killed-*/node-0/job.log")]
+    print(f"a whole submit took {took:.1f} s; {len(started)} of 21 jobs started")
+
+
 def test_down_first_cancels_the_jobs_still_running_on_its_hosts(
     tmp_path: Path, env: dict[str, str], ssh_host: SSHHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,3 +108,18 @@ def test_a_streamed_command_shows_its_stderr_and_keeps_the_tail_for_the_error(
     assert outcome.runs[0].exit_code == 4
     assert outcome.runs[0].stderr.strip().splitlines()[-1] == "denied"
     assert "pulling layer 1" in capfd.readouterr().err
+
+
+def test_a_commands_input_reaches_its_stdin_and_no_file(tmp_path: Path) -> None:
+    """The start's secrets: through the stream to the command's stdin, never written; a
+    command that gets none reads an empty input (never the batch's own stream)."""
+    given = b'{"TOKEN": "v4lue"}' + b"x" * 200_000  # more than a pipe holds
+    outcome = run_local([
+        Run(("python3", "-c", "import sys; sys.stdout.write(str(len(sys.stdin.buffer.read())))"),
+            input=given),
+        Run(("python3", "-c", "import sys; print(repr(sys.stdin.read()))")),
+        File(str(tmp_path / "after"), b"ok"),
+    ])  # fmt: skip
+    assert [r.stdout for r in outcome.runs] == [str(len(given)), "''\n"]
+    assert (tmp_path / "after").read_bytes() == b"ok"  # the stream went on in step
+    assert "v4lue" not in repr(Run(("x",), input=given))

@@ -119,11 +119,11 @@ def test_a_secret_value_never_appears_in_the_dry_run(
     assert "***" in result.stdout
     if flags:
         steps = json.loads(result.stdout)["nodes"][0]["steps"]
-        secret = next(s for s in steps if s.get("path", "").endswith("/secrets.json"))
-        assert (secret["secret"], secret["mode"]) == (True, 0o600)
-        assert json.loads(secret["content"]) == {"GJ_TEST_TOKEN": "***"}
+        start = next(s for s in steps if s.get("starts_job"))
+        assert start["input"] == {"names": ["GJ_TEST_TOKEN"], "content": "***", "on": "stdin"}
+        assert not any(s.get("secret") for s in steps)  # no secret file at all
     else:
-        assert '    | {"GJ_TEST_TOKEN": "***"}\n' in result.stdout
+        assert "# on its stdin, never in a file on the host: GJ_TEST_TOKEN=***" in result.stdout
 
 
 def test_schema_is_json_schema_of_the_spec(gpujob: Callable) -> None:

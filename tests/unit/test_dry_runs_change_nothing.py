@@ -42,9 +42,12 @@ class Host:
         self.fail = fail
         self.ran: list[tuple[str, ...]] = []
         self.files: list[str] = []
+        self.given: list[bytes | None] = []
+        """What each command got on its stdin."""
 
-    def run(self, argv: Any, *, stream: bool = False) -> Result:
+    def run(self, argv: Any, *, stream: bool = False, input: bytes | None = None) -> Result:
         self.ran.append(tuple(argv))
+        self.given.append(input)
         if tuple(argv) == self.fail:
             return Result(1, "", "no")
         return Result(0, "1\n", "")
@@ -54,6 +57,7 @@ class Host:
         for op in ops:
             if isinstance(op, Run):
                 self.ran.append(tuple(op.argv))
+                self.given.append(op.input)
                 outcome.runs.append(Result(0, "", '{"offset": 0, "state": "running"}'))
                 outcome.outputs.append(b"")
             elif isinstance(op, File | Sync):
@@ -108,6 +112,20 @@ def test_apply_runs_on_each_host_only_commands_the_dry_run_prints() -> None:
     started = [argv for host in hosts.values() for argv in host.ran if "start" in argv]
     assert len(started) == 2  # after both were prepared and the reach check passed
     assert hosts["a"].ran.index(plan.checks[0].listen) < hosts["a"].ran.index(started[0])
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_the_secrets_go_only_on_the_starts_stdin_as_the_dry_run_says(nodes: int) -> None:
+    plan = plan_of(spec_of(nodes=nodes, secrets=["TOKEN"]), TWO if nodes == 2 else
+                   target(1, hosts=("a",)), secrets={"TOKEN": "v4lue"})  # fmt: skip
+    hosts = {"a": Host("a"), "b": Host("b")}
+    apply.apply_plan(plan, hosts, lambda _: None)  # type: ignore[arg-type]
+    for node in plan.nodes:
+        host = hosts[node.host]
+        given = {argv: data for argv, data in zip(host.ran, host.given, strict=True) if data}
+        assert given == {node.start.argv: node.start.input.content.encode()}  # type: ignore[union-attr]
+        assert b"v4lue" in given[node.start.argv]
+    assert "# on its stdin, never in a file on the host: TOKEN=***" in plan_text(plan)
 
 
 def test_a_failed_start_stops_the_started_nodes_with_the_printed_cancel() -> None:
@@ -315,8 +333,9 @@ class SyncHost(Host):
         super().__init__("local")
         self.job_json = job_json
 
-    def run(self, argv: Any, *, stream: bool = False) -> Result:
+    def run(self, argv: Any, *, stream: bool = False, input: bytes | None = None) -> Result:
         self.ran.append(tuple(argv))
+        self.given.append(input)
         if argv[0] == "cat":
             return Result(0, self.job_json, "")
         if list(argv) == ["mktemp", "-d"]:
@@ -341,7 +360,6 @@ def test_sync_ckpt_dry_run_prints_the_command_the_push_runs_and_changes_nothing(
     job = local_job(tmp_path, {"dir": f"{tmp_path}/jobs/j1/checkpoints", "sync_remote": "t:run"})
     host = SyncHost((Path(job.node_dirs[0]) / "job.json").read_text())
     monkeypatch.setattr("launcher.remote.local.LocalConnection", lambda: host)
-    monkeypatch.setattr("launcher.storage.sync.secrets.token_hex", lambda _n: "cafe0001")
     before, config_before = snapshot(state_dir), snapshot(config)
     dry = gpujob("sync-ckpt", "j1", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
@@ -352,8 +370,12 @@ def test_sync_ckpt_dry_run_prints_the_command_the_push_runs_and_changes_nothing(
     shown_runs = [line.split(" run   ", 1)[1] for line in dry.stdout.splitlines()
                   if line.startswith("on local: run ")]  # fmt: skip
     host.ran.clear()
+    host.given.clear()
     real = gpujob("sync-ckpt", "j1")
     assert real.exit_code == 0, real.stderr
     assert [shlex.join(argv) for argv in host.ran[1:]] == shown_runs  # after `cat job.json`
     assert shown_runs[0].startswith(f"{sys.executable} {tmp_path}/jobs/j1/ckpt_sync.py push ")
-    assert f"--env-file {job.node_dirs[0]}/.gpujob-sync-cafe0001.json" in shown_runs[0]
+    assert shown_runs[0].endswith(" --env-file -")  # the remote's keys: on its stdin only
+    assert "its stdin, never a file on the host: RCLONE_CONFIG_" in dry.stdout
+    given = [data for data in host.given if data]
+    assert len(given) == 1 and b"sekret-value" in given[0]

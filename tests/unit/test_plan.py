@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 
 import pytest
@@ -230,27 +229,31 @@ def test_envs_cannot_bring_back_a_clashing_variable(name: str) -> None:
 SECRET = "s3cr3t-value-8d1f"
 
 
-def test_secrets_go_only_to_a_0600_secrets_file() -> None:
+def test_secrets_go_only_on_the_starts_stdin_never_in_a_file() -> None:
     spec = spec_of(nodes=2, secrets=["HF_TOKEN"], setup="echo hi")
     plan = plan_of(spec, TWO_HOSTS, secrets={"HF_TOKEN": SECRET})
     for node in plan.nodes:
-        secret_file = written(node, "secrets.json")
-        assert secret_file.path == f"{node.node_dir}/secrets.json"
-        assert secret_file.secret
-        assert stat.S_IMODE(secret_file.mode) == 0o600
-        assert json.loads(secret_file.content) == {"HF_TOKEN": SECRET}
-        assert json.loads(written(node, "job.json").content)["secrets_file"] == "secrets.json"
-        others = [s for s in node.steps if s is not secret_file]
-        assert SECRET not in repr(others)
+        given = node.start.input
+        assert given is not None and given.names == ("HF_TOKEN",)
+        assert json.loads(given.content) == {"secrets": {"HF_TOKEN": SECRET}, "storage": {}}
+        assert not any(isinstance(s, WriteFile) and s.secret for s in node.steps)
+        config = json.loads(written(node, "job.json").content)
+        assert (config["secrets_file"], config["secrets_on_stdin"]) == (None, True)
+        others = [s for s in node.steps if s is not node.start]
+        assert SECRET not in repr(others) and SECRET not in repr(node.start)
         assert SECRET not in run_sh(plan, node.rank)
     assert SECRET not in plan_text(plan)
     assert SECRET not in plan_json(plan)
+    shown = plan_text(plan)
+    assert shown.count("# on its stdin, never in a file on the host: HF_TOKEN=***") == 2
 
 
-def test_no_secrets_no_secrets_file() -> None:
+def test_no_secrets_nothing_on_stdin() -> None:
     node = plan_of(spec_of()).nodes[0]
     assert not any(isinstance(s, WriteFile) and s.secret for s in node.steps)
-    assert json.loads(written(node, "job.json").content)["secrets_file"] is None
+    assert node.start.input is None
+    config = json.loads(written(node, "job.json").content)
+    assert config["secrets_file"] is None and "secrets_on_stdin" not in config
 
 
 def test_a_name_in_both_envs_and_secrets_is_an_error() -> None:

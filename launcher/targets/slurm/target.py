@@ -14,6 +14,7 @@ from launcher.say import say
 from launcher.state.db import JobRecord
 from launcher.targets.base import (
     BeforeStart,
+    Cancelled,
     JobInput,
     LaunchRequest,
     Node,
@@ -98,12 +99,12 @@ class SlurmTarget:
 
         return [cancel_line(job, grace_s)]
 
-    def cancel(self, job: JobRecord, grace_s: float) -> str:
+    def cancel(self, job: JobRecord, grace_s: float) -> Cancelled:
         from launcher.targets.slurm.submit import slurm_cancel
 
         login = self._login(job, None)
         try:
-            return slurm_cancel(job, grace_s, login)
+            return Cancelled(slurm_cancel(job, grace_s, login))
         finally:
             login.close()
 

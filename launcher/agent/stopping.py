@@ -1,0 +1,216 @@
+"""A node's end as the agent reads it, and its cancel in whatever state its supervisor is.
+
+Standard library only; shipped beside the agent, which imports it as a sibling module.
+
+The supervisor records the job's end, but it can die first (an OOM killer's `kill -9`, a
+crash): the job's processes then run on, in their own session, with nobody to stop them.
+So a cancel stops the job by what the node has: through its supervisor while that lives
+(the end, the last checkpoint sync and the log shipping are its to do), else by itself: the
+process group recorded at the start, checked to still be the job's by the start time
+recorded with it (a pid given out again is never signalled), with every process under its
+members, and the container by its name. It then checks that nothing is left and records
+the node's end, so `status`, `logs -f` and the keeper see one. A node that had ended is
+left as it is: its own end stands.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_os import alive, descendants, processes, read_json, start_ticks, write_json
+from runtimes import stop_container, stop_processes, stop_tree
+from states import CANCELLED, LOST, STARTING, TERMINAL
+
+STATUS = "status.json"
+START_WAIT_S = 30
+"""How long a start may take before a node with no live supervisor counts as lost."""
+GONE = "the agent is gone (host rebooted or killed)"
+ENDED, NEVER_STARTED, ASK_SUPERVISOR, STOP_LEFTOVERS, NOTHING_LEFT = (
+    "ended", "never started", "ask the supervisor", "stop what is left", "nothing left"
+)  # fmt: skip
+
+
+def cancel_step(recorded: str | None, supervisor: bool, left: bool) -> str:
+    """What a cancel does, from the node's recorded state, whether its supervisor lives and
+    whether anything of the job still runs."""
+    if recorded in TERMINAL:
+        return ENDED  # its own end stands: nothing on the host changes
+    if not recorded:
+        return NEVER_STARTED  # recorded cancelled: a start that comes later does not run
+    if supervisor:
+        return ASK_SUPERVISOR  # it stops the job and records the end (syncs, logs)
+    return STOP_LEFTOVERS if left else NOTHING_LEFT
+
+
+@dataclass
+class Leftovers:
+    """What still runs of a node's job whose supervisor is gone."""
+
+    group: int | None = None
+    tree: list[int] = field(default_factory=list)
+    container: str | None = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.tree or self.container)
+
+    @property
+    def what(self) -> str:
+        return f"container {self.container}" if self.container else f"pgid {self.group}"
+
+
+def leftovers(status: dict[str, Any], config: dict[str, Any]) -> Leftovers:
+    """The job's container if it runs; else its process group's live members (the group
+    is the job's while its leader has the recorded start time, or, with the leader gone,
+    while members started no earlier than it live: a pid is not given out again while a
+    group of that number has members) and every process under them (torchrun's workers
+    sit in groups of their own)."""
+    name = config.get("container") or status.get("container")
+    if config.get("runtime") == "docker":
+        return Leftovers(container=name) if name and _container_runs(name) else Leftovers()
+    group, recorded = status.get("pid"), status.get("pid_start")
+    if not group:
+        return Leftovers()
+    table = processes()
+    leader = table.get(group)
+    if leader is not None and recorded is not None and leader.start != recorded:
+        return Leftovers()  # the number is another process's now: the job's group is empty
+    members = [p.pid for p in table.values() if p.pgid == group and p.state != "Z"
+               and (recorded is None or p.start >= recorded)]  # fmt: skip
+    tree = {pid for member in members for pid in (member, *descendants(member, table))
+            if table[pid].state != "Z"}  # fmt: skip
+    return Leftovers(group=group, tree=sorted(tree)) if tree else Leftovers()
+
+
+def _container_runs(name: str) -> bool:
+    try:
+        done = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", name],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    except OSError:
+        return False
+    return done.returncode == 0 and done.stdout.strip() == "true"
+
+
+def supervisor_alive(status: dict[str, Any]) -> bool:
+    supervisor = status.get("supervisor_pid")
+    return alive(supervisor) and status.get("supervisor_start") in (None, start_ticks(supervisor))
+
+
+def status_of(node_dir: Path) -> dict[str, Any]:
+    """The node's status; a node whose supervisor is gone reads `lost`, and says so when
+    the job's processes still run (a cancel stops them)."""
+    status = read_json(node_dir / STATUS)
+    if not status:
+        return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
+    config = read_json(node_dir / "job.json")
+    if config.get("slurm"):
+        return status  # SLURM knows whether the node lives; its supervisor is not here
+    state = status.get("state")
+    gone = state in ("starting", "running") and not supervisor_alive(status)
+    if gone and (state == "running" or time.time() - status.get("requested_at", 0) > START_WAIT_S):
+        left = leftovers(status, config)
+        reason = (f"the agent is gone; the job's processes still run ({left.what}): "
+                  "gpujob cancel stops them") if left.any else GONE  # fmt: skip
+        status.update(state=LOST, reason=reason)
+    return status
+
+
+def log_line(node_dir: Path, text: str) -> None:
+    """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
+    config = read_json(node_dir / "job.json")
+    with open(node_dir / config.get("log", "job.log"), "ab") as log:
+        log.write(f"[gpujob-agent] {text}\n".encode())
+
+
+def cancel(node_dir: Path, grace_s: float, agent_gone: bool = False) -> int:
+    """Stop the node's job and print its status as a JSON line (`had_ended` when it had
+    ended before: then nothing changed). `agent_gone`: SLURM's node step found the
+    supervisor dead; what is left is stopped and the node recorded `lost`."""
+    config = read_json(node_dir / "job.json")
+    recorded = _settled(node_dir)
+    live = supervisor_alive(recorded) and not agent_gone
+    unsupervised = bool(recorded) and recorded.get("state") not in TERMINAL and not live
+    left = leftovers(recorded, config) if unsupervised else Leftovers()
+    step = cancel_step(recorded.get("state"), live, left.any)
+    if step == ENDED or (step == NOTHING_LEFT and not agent_gone):
+        return _say(dict(status_of(node_dir), had_ended=True))
+    (node_dir / "cancel-requested").touch()
+    if step == NEVER_STARTED:
+        write_json(node_dir / STATUS, {"state": CANCELLED, "never_started": True,
+                                       "reason": "cancelled before it started",
+                                       "ended_at": time.time()})  # fmt: skip
+        return _say(read_json(node_dir / STATUS))
+    if step == ASK_SUPERVISOR:
+        if recorded.get("container"):
+            log_line(node_dir, f"cancel: docker stop (SIGTERM, SIGKILL after {grace_s:g} s)")
+            stop_container(recorded["container"], grace_s)
+        elif recorded.get("pid"):
+            log_line(node_dir, f"cancel: SIGTERM to the job, SIGKILL after {grace_s:g} s")
+            stop_tree(recorded["pid"], grace_s)
+        return _await_end(node_dir)
+    return _stop_leftovers(node_dir, recorded, config, left, grace_s, agent_gone)
+
+
+def _settled(node_dir: Path) -> dict[str, Any]:
+    """The recorded status once a start under way has a job to stop (its pid or container)
+    or has ended: a cancel that comes mid-start stops what the start starts."""
+    deadline = time.monotonic() + 2 * START_WAIT_S
+    while time.monotonic() < deadline:
+        status = read_json(node_dir / STATUS)
+        starting = status.get("state") == STARTING and not (
+            status.get("pid") or status.get("container")
+        )
+        young = time.time() - status.get("requested_at", 0) < START_WAIT_S
+        if not (starting and (supervisor_alive(status) or young)):
+            return status
+        time.sleep(0.05)
+    return read_json(node_dir / STATUS)
+
+
+def _stop_leftovers(
+    node_dir: Path,
+    status: dict[str, Any],
+    config: dict[str, Any],
+    left: Leftovers,
+    grace_s: float,
+    agent_gone: bool,
+) -> int:
+    """The supervisor is gone: the agent stops what is left itself, checks that nothing
+    is, and records the end the supervisor would have."""
+    log_line(node_dir, f"cancel: the agent is gone; stopping what is left of the job "
+             f"({left.what}): SIGTERM, SIGKILL after {grace_s:g} s")  # fmt: skip
+    if left.container:
+        stop_container(left.container, grace_s)
+        subprocess.run(["docker", "rm", "--force", left.container], capture_output=True)
+    if left.tree:
+        stop_processes(left.group, left.tree, grace_s)
+    still = leftovers(status, config)
+    if still.any:
+        log_line(node_dir, f"cancel: the job's processes are still there ({still.what})")
+        return _say(dict(status_of(node_dir), cancel_failed=f"still running: {still.what}"), 1)
+    if agent_gone:
+        status.update(state=LOST, reason=f"the agent died; the node's SLURM step stopped what "
+                      f"was left of the job ({left.what})")  # fmt: skip
+    else:
+        status.update(state=CANCELLED, exit_code=143,
+                      reason=f"cancelled after the agent died ({left.what} stopped)")  # fmt: skip
+    status["ended_at"] = time.time()
+    write_json(node_dir / STATUS, status)
+    return _say(status)
+
+
+def _await_end(node_dir: Path) -> int:
+    deadline = time.monotonic() + 60  # the end includes the last checkpoint sync and log ship
+    while time.monotonic() < deadline and status_of(node_dir).get("state") not in TERMINAL:
+        time.sleep(0.05)
+    return _say(status_of(node_dir))
+
+
+def _say(status: dict[str, Any], code: int = 0) -> int:
+    print(json.dumps(status), flush=True)
+    return code
