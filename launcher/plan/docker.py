@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from launcher.errors import UsageError
-from launcher.plan.model import RunCommand, NodeLayout
+from launcher.plan.model import NodeLayout, RunCommand
 
 LABEL = "gpujob.job"
 STACK_BYTES = 64 << 20  # NGC's recommended stack limit for PyTorch containers

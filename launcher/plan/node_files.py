@@ -9,7 +9,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from launcher.plan.docker import container_name
-from launcher.plan.model import JobLimits, SecretInput, NodeLayout, WriteFile
+from launcher.plan.model import JobLimits, NodeLayout, SecretInput, WriteFile
 from launcher.spec.job import JobSpec
 
 if TYPE_CHECKING:

@@ -236,5 +236,5 @@ def _last_json(stdout: str) -> NodeStatus:
     try:
         answer = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {}
-    return answer if isinstance(answer, dict) else {}
+        return NodeStatus()
+    return NodeStatus(**answer) if isinstance(answer, dict) else NodeStatus()

@@ -220,8 +220,10 @@ class SlurmNode:
             self.note(said)
             self._said = said
 
-    def run(self, argv: tuple[str, ...] | list[str], *, stream: bool = False) -> Result:
-        return self.login.run(argv, stream=stream)
+    def run(
+        self, argv: tuple[str, ...] | list[str], *, stream: bool = False, input: bytes | None = None
+    ) -> Result:
+        return self.login.run(argv, stream=stream, input=input)
 
     def put(self, path: str, content: bytes, mode: int) -> None:
         self.login.put(path, content, mode)
