@@ -1,0 +1,68 @@
+"""Hostile and broken input through the real CLI: each is refused in bounded time and memory
+with one line per mistake naming the file and line (exit 2), never a traceback. The files
+are generated here: an alias bomb, 5000-deep nesting, a binary file, a huge file, keys
+written twice; and a file with several mistakes shows them all at once, in line order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+VALID = "name: t\nimage: host\nrun:\n  entrypoint: train.py\n"
+
+
+def _alias_bomb() -> bytes:
+    rows = [VALID.rstrip("\n"), "a: &a [" + ", ".join(["lol"] * 9) + "]"]
+    for level in range(9):
+        name, previous = f"l{level}", "a" if level == 0 else f"l{level - 1}"
+        rows.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
+    return ("\n".join(rows) + "\n").encode()
+
+
+# (id, the file's bytes, where (`:LINE`), what the line says)
+CASES = [
+    ("alias-bomb", _alias_bomb(), ":10", "more than 100000 values once its aliases are expanded"),
+    ("deep-nesting", b"name: t\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", ":2",
+     "nesting deeper than 64 levels"),
+    ("binary", b"name: t\n\x89PNG\r\n\x1a\n\xff\xfe\x00", ":2", "not UTF-8 text (byte 0x89)"),
+    ("control-bytes", b"name: t\nx: \x00\x01\n", ":2", "not a text file: control character 0x00"),
+    ("too-large", VALID.encode() + b"#" * (2 << 20) + b"\n", ":1",
+     "the job spec is larger than 1024 KiB"),
+    ("duplicate-key", (VALID + "  entrypoint: other.py\n").encode(), ":5",
+     "run.entrypoint: key written twice (also at line 4)"),
+    ("duplicate-top-key", (VALID + "name: u\n").encode(), ":5",
+     "name: key written twice (also at line 1)"),
+    ("recursive-alias", b"name: t\nx: &a [1, *a]\n", ":2",
+     "alias *a refers to the node that contains it"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "where", "says"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_hostile_spec_is_one_line_with_file_and_line(
+    gpujob: Callable, tmp_path: Path, data: bytes, where: str, says: str
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_bytes(data)
+    for args in (("submit", str(spec), "--dry-run"), ("submit", str(spec), "--job-id", "h-1")):
+        result = gpujob(*args)
+        assert result.exit_code == 2, result
+        assert result.stderr.startswith(f"gpujob: error: {spec}{where}: {says}"), result.stderr
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert result.stdout == ""
+    assert not (tmp_path / "state" / "jobs").exists()
+
+
+def test_merge_keys_are_not_duplicates(gpujob: Callable, tmp_path: Path) -> None:
+    """`<<: *base` then an override of one of its keys is YAML's merge, not a key twice."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: t\nimage: host\nrun:\n  <<: &base {entrypoint: a.py, args: [x]}\n"
+        "  entrypoint: train.py\n"
+    )
+    (tmp_path / "train.py").write_text("print(1)\n")
+    result = gpujob("submit", str(spec), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "train.py" in result.stdout
