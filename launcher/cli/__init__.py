@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     except GpujobError as err:
         if debug:
             raise
-        click.echo(f"gpujob: error: {err.one_line()}", err=True)
+        for line in err.lines():
+            click.echo(f"gpujob: error: {line}", err=True)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         click.echo("gpujob: interrupted", err=True)

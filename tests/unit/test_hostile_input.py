@@ -66,3 +66,36 @@ def test_merge_keys_are_not_duplicates(gpujob: Callable, tmp_path: Path) -> None
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "train.py" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["gpujob", "skypilot"])
+def test_every_validation_error_of_a_file_at_once_in_line_order(
+    gpujob: Callable, tmp_path: Path, kind: str
+) -> None:
+    spec = tmp_path / "job.yaml"
+    if kind == "gpujob":
+        spec.write_text(
+            "name: t\nimage: host\nnodes: two\nrun:\n  entrypiont: a.py\n"
+            "  nproc_per_node: x\nnodse: 3\n"
+        )
+        expected = [
+            ":3: nodes: Input should be a valid integer",
+            ":5: run.entrypiont: unknown key; did you mean `entrypoint`?",
+            ":6: run.nproc_per_node: Input should be a valid integer",
+            ":7: nodse: unknown key; did you mean `nodes`?",
+        ]
+    else:
+        spec.write_text(
+            "name: t\nnum_nodes: two\nenvs:\n  A: 1\nrun: |\n  python train.py\n"
+            "workdir: .\nresources:\n  accelerators: L4:1\n"
+        )
+        expected = [":2: nodes: Input should be a valid integer"]
+    result = gpujob("submit", str(spec), "--dry-run", "--set", "run.args=5")
+    assert result.exit_code == 2, result
+    lines = result.stderr.splitlines()
+    assert "Traceback" not in result.stderr
+    wanted = [f"gpujob: error: {spec}{text}" for text in expected]
+    wanted.append("gpujob: error: --set run.args: run.args: Input should be a valid list")
+    assert len(lines) == len(wanted), result.stderr
+    for line, start in zip(lines, wanted, strict=True):
+        assert line.startswith(start), (line, start)
