@@ -34,6 +34,8 @@ CASES = [
      "run.entrypoint: key written twice (also at line 4)"),
     ("duplicate-top-key", (VALID + "name: u\n").encode(), ":5",
      "name: key written twice (also at line 1)"),
+    ("nodes-over-bound", (VALID + "nodes: 100000\n").encode(), ":5",
+     "nodes: Input should be less than or equal to 1024"),
     ("recursive-alias", b"name: t\nx: &a [1, *a]\n", ":2",
      "alias *a refers to the node that contains it"),
 ]  # fmt: skip
@@ -99,3 +101,17 @@ def test_every_validation_error_of_a_file_at_once_in_line_order(
     assert len(lines) == len(wanted), result.stderr
     for line, start in zip(lines, wanted, strict=True):
         assert line.startswith(start), (line, start)
+
+
+def test_a_dry_runs_plan_grows_linearly_with_the_nodes(gpujob: Callable, tmp_path: Path) -> None:
+    """Each node's part of the plan is the same size at 40 and at 400 nodes: no node carries
+    a list of every node (the addresses are one file per host)."""
+    (tmp_path / "train.py").write_text("print(1)\n")
+    per_node = []
+    for nodes in (40, 400):
+        spec = tmp_path / f"job-{nodes}.yaml"
+        spec.write_text(VALID + f"nodes: {nodes}\n")
+        result = gpujob("submit", str(spec), "--dry-run", "--job-id", "scale-1")
+        assert result.exit_code == 0, result.stderr
+        per_node.append(len(result.stdout) / nodes)
+    assert per_node[1] < per_node[0] * 1.1, per_node
