@@ -38,6 +38,28 @@ def main(argv: list[str] | None = None) -> None:
         for line in err.lines():
             click.echo(f"gpujob: error: {line}", err=True)
         sys.exit(err.exit_code)
+    except OSError as err:
+        fault = _state_fault(err)
+        if fault is None or debug:
+            raise
+        click.echo(f"gpujob: error: {fault.one_line()}", err=True)
+        sys.exit(fault.exit_code)
     except KeyboardInterrupt:
         click.echo("gpujob: interrupted", err=True)
         sys.exit(ExitCode.INTERRUPTED)
+
+
+def _state_fault(err: OSError) -> GpujobError | None:
+    """An OS error on a path under the state dir (a job's folder, a lock, the owner id),
+    wherever it was raised: one line naming the path and what to do, as the db's own are."""
+    from pathlib import Path
+
+    from launcher.paths import state_dir
+    from launcher.state.faults import os_fault
+
+    if not err.filename:
+        return None
+    path, state = Path(err.filename).absolute(), state_dir().absolute()
+    if path != state and state not in path.parents:
+        return None
+    return os_fault(err, path)
