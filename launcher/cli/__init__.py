@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"gpujob: error: {fault.one_line()}", err=True)
         sys.exit(fault.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # 128 + the signal's number (SIGTERM: 143)
         click.echo("gpujob: interrupted", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
+        sys.exit(128 + getattr(stop, "signum", ExitCode.INTERRUPTED - 128))
 
 
 def _state_fault(err: OSError) -> GpujobError | None:

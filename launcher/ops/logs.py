@@ -81,11 +81,12 @@ def _logs(
 ) -> int:
     from launcher.runtime.logs import (
         NodeStream,
-        Output,
         first_failure,
         follow_logs,
         job_exit_code,
+        output_for,
         stop_on_signals,
+        stopped_exit_code,
     )
 
     # an ended job whose log is in S3 does not wait for its host to come back
@@ -107,11 +108,7 @@ def _logs(
                     "follow stopped")  # fmt: skip
         if stream.offset == 0 and first:
             stream.first = first.get(stream.rank)
-    output = Output(
-        sys.stdout.buffer,
-        prefix=len(job.node_dirs) > 1,
-        collapse=len(job.node_dirs) > 1 or not sys.stdout.isatty(),
-    )
+    output = output_for(sys.stdout.buffer, len(job.node_dirs))
 
     def record(stream: NodeStream) -> None:
         if follow and tail is None:
@@ -137,11 +134,11 @@ def _logs(
                 on_failure=stop_the_rest if follow and node is None and job.provider != "slurm"
                 else None, note=say,  # SLURM's srun --kill-on-bad-exit stops the others
             )  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         hand_over()
         with contextlib.suppress(OSError):  # a terminal that hung up hears nothing
             say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
-        return 130
+        return stopped_exit_code(stop)
     except BrokenPipeError:
         hand_over()
         _quiet_stdout()
