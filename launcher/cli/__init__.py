@@ -26,8 +26,10 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=args, prog_name="gpujob", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
-    except click.ClickException as err:
-        err.show()
+    except click.ClickException as err:  # one line too: the message and where help is
+        ctx = getattr(err, "ctx", None)
+        where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        click.echo(f"gpujob: error: {err.format_message().rstrip('.')}{where}", err=True)
         sys.exit(ExitCode.USAGE)
     except click.exceptions.Abort:
         click.echo("gpujob: aborted", err=True)

@@ -36,7 +36,12 @@ def lock(name: str, offline: bool) -> None:
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 def build(name: str, registry: str | None, dry_run: bool, as_json: bool, no_cache: bool) -> None:
     """Build images/NAME.lock into an image (offline, hash-checked); optionally push it."""
+    from launcher.errors import UsageError
     from launcher.images.commands import build_image
+
+    if as_json and not dry_run:
+        raise UsageError("--json goes with --dry-run (the plan as JSON)",
+                         "add --dry-run, or leave --json out")  # fmt: skip
 
     def report(line: str) -> None:
         click.echo(f"image: {line}", err=True)

@@ -6,6 +6,8 @@ through `runtime/`, and records the job in the state db.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import secrets as random
 import sys
@@ -93,6 +95,8 @@ def _submit(options: SubmitOptions, early: Any) -> int:
 
     loaded = load_job_spec(options.spec_path, options.sets)
     spec = loaded.spec
+    if options.up:
+        options = dataclasses.replace(options, up=gpus_to_rent(options.up, loaded))
     _say_translation(loaded, options.dry_run)
     if spec.resources.use_spot and not options.up:  # only a rental is ever interruptible
         where = "the --on hosts" if options.on else "this machine"
@@ -226,6 +230,32 @@ def _placement(
     return placed
 
 
+def gpus_to_rent(up: str, loaded: Any) -> str:
+    """`--up GPU` picks the GPU; how many a host has is the job's, as the spec asks it
+    (`resources.accelerators: L4:2` with `--up a100` rents a100:2, and says so): its ranks,
+    batch arithmetic and SKYPILOT_NUM_GPUS_PER_NODE are planned for that count, which a
+    SkyPilot user changing the GPU type expects to keep. A count in --up that differs is
+    refused, naming both."""
+    asked = loaded.spec.resources.gpus_per_node
+    name, colon, count = up.partition(":")
+    if not asked or (colon and not count.strip().isdigit()):
+        return up  # a CPU job, or a request parse_gpu_request will refuse in its words
+    where = loaded.where("resources", "accelerators")
+    accelerators = loaded.spec.resources.accelerators
+    if not colon:
+        if asked > 1:
+            say(f"--up {up}: {where}: resources.accelerators {accelerators} asks {asked} GPUs "
+                f"per node; renting {name}:{asked}")  # fmt: skip
+        return f"{name}:{asked}" if asked > 1 else up
+    if int(count) != asked:
+        raise UsageError(
+            f"--up {up} rents {int(count)} GPU(s) per host but {where}: resources.accelerators "
+            f"{accelerators} asks {asked}",
+            f"write --up {name}:{asked}, or --set resources.accelerators={name.upper()}:{count}",
+        )
+    return up
+
+
 def _rented_hosts(options: SubmitOptions, spec: Any, image: Any) -> tuple[list[Any], str]:
     """`--up GPU[:N]`: one host per node from `gpujob up`'s own launch (all or nothing);
     a dry run shows the offers and rents nothing."""
@@ -297,7 +327,7 @@ def _start(
         hand_to_keeper(db.job(job_id))  # nobody follows: one node failing must stop the rest
     if options.detach:
         say(f"detached; follow it with: gpujob logs {job_id} -f")
-        print(job_id)
+        print(json.dumps(dataclasses.asdict(db.job(job_id))) if options.as_json else job_id)
         return 0
     from launcher.ops.logs import logs
 

@@ -115,3 +115,64 @@ def test_a_dry_runs_plan_grows_linearly_with_the_nodes(gpujob: Callable, tmp_pat
         assert result.exit_code == 0, result.stderr
         per_node.append(len(result.stdout) / nodes)
     assert per_node[1] < per_node[0] * 1.1, per_node
+
+
+L4_TASK = "name: t\nimage: host\nresources:\n  accelerators: L4:2\nrun:\n  entrypoint: train.py\n"
+
+# (id, the spec, the command line after the spec, what the one line starts with)
+FLAG_CASES = [
+    ("provider-without-up", VALID, ["--provider", "vast"], "--provider goes with --up"),
+    ("max-price-without-up", VALID, ["--max-price", "2"], "--max-price goes with --up"),
+    ("disk-without-up", VALID, ["--disk", "5"], "--disk goes with --up"),
+    ("allow-cpu-without-up", VALID, ["--allow-cpu"], "--allow-cpu goes with --up"),
+    ("negative-max-price", VALID, ["--up", "a100", "--max-price", "-1"],
+     "Invalid value for '--max-price': -1.0 is not in the range x>0; see `gpujob submit --help`"),
+    ("negative-max-cost", VALID, ["--up", "a100", "--max-cost", "-5"],
+     "Invalid value for '--max-cost': -5.0 is not in the range x>=0"),
+    ("json-followed", VALID, ["--json"], "--json prints the plan (with --dry-run) or the started"),
+    ("gpu-count-differs", L4_TASK, ["--up", "a100:1", "--dry-run"],
+     "--up a100:1 rents 1 GPU(s) per host but {spec}:4: resources.accelerators L4:2 asks 2. "
+     "write --up a100:2, or --set resources.accelerators=A100:1"),
+    ("unknown-choice", VALID, ["--runtime", "podman"],
+     "Invalid value for '--runtime': 'podman' is not one of 'auto', 'docker', 'bare'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "flags", "says"), [c[1:] for c in FLAG_CASES],
+                         ids=[c[0] for c in FLAG_CASES])  # fmt: skip
+def test_a_flag_that_would_do_nothing_or_lie_is_one_line(
+    gpujob: Callable, tmp_path: Path, text: str, flags: list[str], says: str
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(text)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    result = gpujob("submit", str(spec), *flags)
+    assert result.exit_code == 2, result
+    assert result.stderr.startswith(f"gpujob: error: {says.format(spec=spec)}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    (["up", "a100", "--json"], "--json goes with --host"),
+    (["up", "a100", "--max-price", "-3"], "Invalid value for '--max-price': -3.0"),
+    (["image", "build", "lab-cpu", "--json"], "--json goes with --dry-run"),
+])  # fmt: skip
+def test_other_commands_refuse_idle_flags_and_negative_prices(
+    gpujob: Callable, command: list[str], says: str
+) -> None:
+    result = gpujob(*command)
+    assert result.exit_code == 2, result
+    assert result.stderr.startswith(f"gpujob: error: {says}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_up_without_a_count_rents_the_count_the_task_asks_and_says_so(
+    clouds: dict, gpujob: Callable, tmp_path: Path
+) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(L4_TASK)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    result = gpujob("submit", str(spec), "--up", "a100", "--dry-run", "--allow-cpu")
+    said = (f"gpujob: --up a100: {spec}:4: resources.accelerators L4:2 asks 2 GPUs per node; "
+            "renting a100:2")  # fmt: skip
+    assert said in result.stderr.splitlines(), result.stderr
