@@ -18,10 +18,11 @@ def image() -> None:
 @click.argument("name")
 @click.option("--offline", is_flag=True, help="Read only local indexes (file://, find-links).")
 def lock(name: str, offline: bool) -> None:
-    """Resolve images/NAME.yaml into images/NAME.lock (exact wheels and their sha256)."""
+    """Resolve images/NAME.yaml into images/NAME.lock (exact wheels and their sha256); a
+    definition shipped with gpujob is locked into ./images/, beside a copy of it."""
     from launcher.images.commands import write_lock
 
-    path, done = write_lock(name, offline=offline)
+    path, done = write_lock(name, offline=offline, report=lambda line: click.echo(line, err=True))
     unknown = len(done.unknown_hashes)
     click.echo(f"wrote {path}: {len(done.packages)} wheels, lock {done.lock_hash[:12]}")
     if unknown:
