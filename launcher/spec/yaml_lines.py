@@ -109,7 +109,7 @@ def parse_yaml(
         line = text.count("\n", 0, err.position) + 1
         raise UsageError(
             f"{filename}:{line}: not a text file: control character {err.character:#04x}",
-            "give the YAML file of the job",
+            "give a YAML text file",
         ) from None
     except yaml.YAMLError as err:
         raise UsageError(f"{filename}: YAML error: {err}") from None
