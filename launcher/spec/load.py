@@ -24,7 +24,7 @@ from launcher.spec import skypilot
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
 from launcher.spec.skypilot import Translation
-from launcher.spec.yaml_lines import Path_, read_yaml
+from launcher.spec.yaml_lines import Path_, parse_value, read_yaml
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _parse_set(item: str) -> tuple[Path_, Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise UsageError(f"--set {item}: write it as KEY=VALUE, e.g. --set run.nproc_per_node=4")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = parse_value(raw, f"--set {key}") if raw else ""
     except yaml.YAMLError:
         value = raw
     if isinstance(value, int | float) and not isinstance(value, bool) and str(value) != raw:

@@ -121,6 +121,16 @@ def parse_yaml(
     return data, lines
 
 
+def parse_value(text: str, where: str) -> Any:
+    """One value as YAML reads it (a `--set` flag's), under the same bounds as a file."""
+    loader = _BoundedLoader(text, where)
+    try:
+        node = loader.get_single_node()
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
 def record_lines(node: yaml.Node, loc: Path_, lines: dict[Path_, int]) -> None:
     lines[loc] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):

@@ -152,6 +152,17 @@ def test_a_flag_that_would_do_nothing_or_lie_is_one_line(
     assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
 
 
+def test_a_set_flag_is_parsed_under_the_same_bounds(gpujob: Callable, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(VALID)
+    levels = ["&l0 [" + ", ".join(["x"] * 10) + "]"]
+    for level in range(1, 6):
+        levels.append(f"&l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
+    result = gpujob("submit", str(spec), "--dry-run", "--set", f"x=[{', '.join(levels)}]")
+    assert result.exit_code == 2, result
+    assert result.stderr.startswith("gpujob: error: --set x:1: more than 100000 values")
+
+
 @pytest.mark.parametrize(("command", "says"), [
     (["up", "a100", "--json"], "--json goes with --host"),
     (["up", "a100", "--max-price", "-3"], "Invalid value for '--max-price': -3.0"),
