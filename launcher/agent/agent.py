@@ -276,7 +276,7 @@ def _checkpoint_watch(
         remote_env = read_json(node_dir / care["storage_env_file"])
         (node_dir / care["storage_env_file"]).unlink(missing_ok=True)
     log_fd = os.open(
-        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
 
     def say(text: str) -> None:

@@ -54,7 +54,7 @@ class BareJob:
         output goes straight into job.log, so a bare job has none of its own."""
 
     def start(self, env: dict[str, str]) -> dict[str, Any]:
-        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             self.job = subprocess.Popen(
                 self.config["argv"], cwd=self.node_dir, env=env, stdin=subprocess.DEVNULL,
@@ -108,7 +108,7 @@ class ContainerJob:
         """Bytes of job.log written before the container ran, or by the agent for it."""
 
     def start(self, env: dict[str, str]) -> dict[str, Any]:
-        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             self.not_the_container = os.fstat(log_fd).st_size
             started = subprocess.run(self.config["argv"], stdin=subprocess.DEVNULL, env=env,

@@ -26,8 +26,10 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=args, prog_name="gpujob", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
-    except click.ClickException as err:
-        err.show()
+    except click.ClickException as err:  # one line too: the message and where help is
+        ctx = getattr(err, "ctx", None)
+        where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        click.echo(f"gpujob: error: {err.format_message().rstrip('.')}{where}", err=True)
         sys.exit(ExitCode.USAGE)
     except click.exceptions.Abort:
         click.echo("gpujob: aborted", err=True)
@@ -35,8 +37,31 @@ def main(argv: list[str] | None = None) -> None:
     except GpujobError as err:
         if debug:
             raise
-        click.echo(f"gpujob: error: {err.one_line()}", err=True)
+        for line in err.lines():
+            click.echo(f"gpujob: error: {line}", err=True)
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
+    except OSError as err:
+        fault = _state_fault(err)
+        if fault is None or debug:
+            raise
+        click.echo(f"gpujob: error: {fault.one_line()}", err=True)
+        sys.exit(fault.exit_code)
+    except KeyboardInterrupt as stop:  # 128 + the signal's number (SIGTERM: 143)
         click.echo("gpujob: interrupted", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
+        sys.exit(128 + getattr(stop, "signum", ExitCode.INTERRUPTED - 128))
+
+
+def _state_fault(err: OSError) -> GpujobError | None:
+    """An OS error on a path under the state dir (a job's folder, a lock, the owner id),
+    wherever it was raised: one line naming the path and what to do, as the db's own are."""
+    from pathlib import Path
+
+    from launcher.paths import state_dir
+    from launcher.state.faults import os_fault
+
+    if not err.filename:
+        return None
+    path, state = Path(err.filename).absolute(), state_dir().absolute()
+    if path != state and state not in path.parents:
+        return None
+    return os_fault(err, path)

@@ -69,9 +69,10 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
     type=click.IntRange(min=1),
     help="Hosts to launch, in parallel.",
 )
-@click.option("--max-price", type=float, help="Highest $/hour per host.")
+@click.option("--max-price", type=click.FloatRange(min=0, min_open=True),
+              help="Highest $/hour per host.")  # fmt: skip
 @click.option(
-    "--max-cost", type=float, metavar="DOLLARS",
+    "--max-cost", type=click.FloatRange(min=0), metavar="DOLLARS",
     help="Refuse a rental whose price over its autostop window passes this (default: "
     "budget.max_cost in the user config).",
 )  # fmt: skip
@@ -122,6 +123,9 @@ def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
     from launcher.targets.cloud.hosts import UpOptions
 
     kwargs["autostop_s"] = window_seconds(kwargs.pop("autostop"))
+    if as_json and host is None:
+        raise UsageError("--json goes with --host (the checks as JSON)",
+                         "add --host, or leave --json out")  # fmt: skip
     if host is not None:
         sys.exit(up_static(host, UpOptions(gpu=kwargs.pop("gpu") or "", **kwargs), as_json))
     if not kwargs["gpu"]:

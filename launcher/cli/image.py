@@ -18,10 +18,11 @@ def image() -> None:
 @click.argument("name")
 @click.option("--offline", is_flag=True, help="Read only local indexes (file://, find-links).")
 def lock(name: str, offline: bool) -> None:
-    """Resolve images/NAME.yaml into images/NAME.lock (exact wheels and their sha256)."""
+    """Resolve images/NAME.yaml into images/NAME.lock (exact wheels and their sha256); a
+    definition shipped with gpujob is locked into ./images/, beside a copy of it."""
     from launcher.images.commands import write_lock
 
-    path, done = write_lock(name, offline=offline)
+    path, done = write_lock(name, offline=offline, report=lambda line: click.echo(line, err=True))
     unknown = len(done.unknown_hashes)
     click.echo(f"wrote {path}: {len(done.packages)} wheels, lock {done.lock_hash[:12]}")
     if unknown:
@@ -36,7 +37,12 @@ def lock(name: str, offline: bool) -> None:
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 def build(name: str, registry: str | None, dry_run: bool, as_json: bool, no_cache: bool) -> None:
     """Build images/NAME.lock into an image (offline, hash-checked); optionally push it."""
+    from launcher.errors import UsageError
     from launcher.images.commands import build_image
+
+    if as_json and not dry_run:
+        raise UsageError("--json goes with --dry-run (the plan as JSON)",
+                         "add --dry-run, or leave --json out")  # fmt: skip
 
     def report(line: str) -> None:
         click.echo(f"image: {line}", err=True)

@@ -15,7 +15,12 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--dry-run", is_flag=True, help="Print every file and command; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="With --dry-run: the plan as JSON; with --detach: the job's record as JSON.",
+)
 @click.option("--detach", "-d", is_flag=True, help="Start the job and return its id.")
 @click.option("--job-id", help="Use this job id instead of a new one.")
 @click.option(
@@ -35,9 +40,10 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
     type=click.IntRange(min=0),
     help="With --up: least disk per host, GB (the disk budget is checked against it).",
 )
-@click.option("--max-price", type=float, help="With --up: highest $/hour per host.")
+@click.option("--max-price", type=click.FloatRange(min=0, min_open=True),
+              help="With --up: highest $/hour per host.")  # fmt: skip
 @click.option(
-    "--max-cost", type=float, metavar="DOLLARS",
+    "--max-cost", type=click.FloatRange(min=0), metavar="DOLLARS",
     help="With --up: refuse a rental whose price over max_duration + autostop passes this "
     "(default: budget.max_cost in the user config).",
 )  # fmt: skip
@@ -52,7 +58,30 @@ def submit(**kwargs: Any) -> None:
     from launcher.commands.submit import SubmitOptions
     from launcher.commands.submit import submit as run_submit
 
+    _refuse_idle_flags(kwargs)
     sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
+
+
+WITH_UP = ("provider", "max_price", "disk", "allow_cpu")
+"""submit's flags that only a rental reads (--max-cost and --autostop-key-on-host are
+refused without --up where they are used)."""
+
+
+def _refuse_idle_flags(kwargs: dict[str, Any]) -> None:
+    """A flag given that changes nothing in the command as given is refused, not ignored."""
+    from launcher.errors import UsageError
+
+    given = click.get_current_context().get_parameter_source
+    if not kwargs["up"]:
+        for name in WITH_UP:
+            if given(name) is click.core.ParameterSource.COMMANDLINE:
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag} goes with --up (what to rent); without it nothing "
+                                 "is rented", f"add --up GPU, or leave {flag} out")  # fmt: skip
+    if kwargs["as_json"] and not (kwargs["dry_run"] or kwargs["detach"]):
+        raise UsageError("--json prints the plan (with --dry-run) or the started job's record "
+                         "(with --detach); a followed job's output is its log",
+                         "add --dry-run or --detach, or leave --json out")  # fmt: skip
 
 
 @click.command()

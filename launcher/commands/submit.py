@@ -72,7 +72,13 @@ def _after_start(request: LaunchRequest, started: Started) -> int:
         from launcher.targets.base import target_for
 
         say(f"{target_for(job).traits.follow_hint}; follow it with: gpujob logs {job.id} -f")
-        print(job.id)
+        if request.as_json:  # for scripts: the record as the job starts
+            import dataclasses
+            import json
+
+            print(json.dumps(dataclasses.asdict(job)))
+        else:
+            print(job.id)
         return 0
     from launcher.supervise.watch import follow_job
 

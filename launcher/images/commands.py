@@ -4,6 +4,8 @@ CLI only parses flags and prints; errors are GpujobError with the file, line and
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,7 @@ from launcher.images.lock import Lock, parse_lock
 from launcher.images.resolve import Refused, pins_of, resolve
 from launcher.images.rules import Refusal, stack_of
 from launcher.paths import images_cache_dir
-from launcher.resources import catalog_file, images_dir_for
+from launcher.resources import builtin_images_dir, catalog_file, images_dir_for
 from launcher.spec.image import ImageDefinition, load_definition_file
 
 
@@ -91,14 +93,46 @@ def _refusal_error(found: Definition, refusals: list[Refusal]) -> UsageError:
     return UsageError(f"{found.where(first.field)}: {first.field}: {first.text()}{also}")
 
 
-def write_lock(name: str, offline: bool = False, images: Path | None = None) -> tuple[Path, Lock]:
+def write_lock(
+    name: str, offline: bool = False, images: Path | None = None,
+    report: Callable[[str], None] | None = None,
+) -> tuple[Path, Lock]:  # fmt: skip
+    """The lock goes next to the definition the user gave. A definition shipped with gpujob
+    (a name found only there) is locked into `./images/`, with a copy of the definition
+    beside it: gpujob's own files, in site-packages, are never written."""
     images = images_folder(name, images)
     found = read_definition(name, images)
     sources = index.pip_sources()
     lock = lock_for(found, catalog_for(images), sources.offline() if offline else sources)
-    path = found.path.with_suffix(".lock")
-    path.write_text(lock.to_text())
+    path, copy = lock_place(found.path, Path.cwd())
+    if copy is not None and not copy.exists():
+        copy.parent.mkdir(exist_ok=True)
+        _write_atomically(copy, found.text)
+        if report:
+            report(f"copied gpujob's definition of `{found.path.stem}` to {copy}")
+    _write_atomically(path, lock.to_text())
     return path, lock
+
+
+def lock_place(definition: Path, cwd: Path) -> tuple[Path, Path | None]:
+    """(where the lock goes, where a copy of the definition goes, if one is needed): next
+    to the definition, unless it is one of gpujob's own, then in `cwd/images/`."""
+    if definition.parent.resolve() != builtin_images_dir().resolve():
+        return definition.with_suffix(".lock"), None
+    folder = cwd / "images"
+    return folder / definition.with_suffix(".lock").name, folder / definition.name
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_lock(name: str, images: Path | None = None) -> tuple[Path, Lock]:

@@ -89,7 +89,13 @@ def _logs(
     first: dict[int, tuple[bytes, dict[str, object]]] | None,
     on_stop: Callable[[], None],
 ) -> int:
-    from launcher.runtime.logs import NodeStream, Output, follow_logs, stop_on_signals
+    from launcher.runtime.logs import (
+        NodeStream,
+        follow_logs,
+        output_for,
+        stop_on_signals,
+        stopped_exit_code,
+    )
 
     # an ended job whose log is in S3 does not wait for its host to come back
     patience = 0.0 if job.terminal and job.logs_to else None
@@ -111,11 +117,7 @@ def _logs(
                     "follow stopped")  # fmt: skip
         if stream.offset == 0 and first:
             stream.first = first.get(stream.rank)
-    output = Output(
-        sys.stdout.buffer,
-        prefix=len(job.node_dirs) > 1,
-        collapse=len(job.node_dirs) > 1 or not sys.stdout.isatty(),
-    )
+    output = output_for(sys.stdout.buffer, len(job.node_dirs))
 
     def record(stream: NodeStream) -> None:
         if follow and tail is None:
@@ -141,11 +143,11 @@ def _logs(
                 streams, output, follow=follow, on_progress=record,
                 on_failure=stop_the_rest if stops_others else None, note=say,
             )  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         hand_over()
         with contextlib.suppress(OSError):  # a terminal that hung up hears nothing
             say(f"stopped following; the job goes on (gpujob logs {job.id} -f)")
-        return 130
+        return stopped_exit_code(stop)
     except BrokenPipeError:
         hand_over()
         _quiet_stdout()

@@ -6,6 +6,7 @@ explicit arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets as random
 import sys
@@ -33,6 +34,8 @@ def launch(
     target.start_contact(request)  # the hosts contacted while the spec loads
     try:
         job = prepare(request)
+        if request.up:
+            request = dataclasses.replace(request, up=gpus_to_rent(request.up, job.loaded))
         submission = target.dryrun(job, request)
         if request.dry_run:
             sys.stdout.write(submission.text(request.as_json))
@@ -114,6 +117,32 @@ def policy_for(request: LaunchRequest, loaded: LoadedSpec) -> Policy | None:
         unreachable_after_s=float(unreachable) if unreachable else recovery.unreachable_after,
         rent_tries=int(os.environ.get("GPUJOB_RECOVER_RENT_TRIES", "3")),
     )  # fmt: skip
+
+
+def gpus_to_rent(up: str, loaded: LoadedSpec) -> str:
+    """`--up GPU` picks the GPU; how many a host has is the job's, as the spec asks it
+    (`resources.accelerators: L4:2` with `--up a100` rents a100:2, and says so): its ranks,
+    batch arithmetic and SKYPILOT_NUM_GPUS_PER_NODE are planned for that count, which a
+    SkyPilot user changing the GPU type expects to keep. A count in --up that differs is
+    refused, naming both."""
+    asked = loaded.spec.resources.gpus_per_node
+    name, colon, count = up.partition(":")
+    if not asked or (colon and not count.strip().isdigit()):
+        return up  # a CPU job, or a request parse_gpu_request will refuse in its words
+    where = loaded.where("resources", "accelerators")
+    accelerators = loaded.spec.resources.accelerators
+    if not colon:
+        if asked > 1:
+            say(f"--up {up}: {where}: resources.accelerators {accelerators} asks {asked} GPUs "
+                f"per node; renting {name}:{asked}")  # fmt: skip
+        return f"{name}:{asked}" if asked > 1 else up
+    if int(count) != asked:
+        raise UsageError(
+            f"--up {up} rents {int(count)} GPU(s) per host but {where}: resources.accelerators "
+            f"{accelerators} asks {asked}",
+            f"write --up {name}:{asked}, or --set resources.accelerators={name.upper()}:{count}",
+        )
+    return up
 
 
 def _say_translation(loaded: LoadedSpec, dry_run: bool) -> None:

@@ -20,10 +20,12 @@ from launcher.plan.file_mounts import container_volumes, lasting_copies, mount_s
 from launcher.plan.launch import (
     HOSTFILE,
     INIT_FILE,
+    NODE_IPS_FILE,
     USER_RUN_FILE,
     NodeContext,
     hostfile,
     node_env,
+    node_ips,
     run_script,
     user_run_file,
 )
@@ -112,6 +114,7 @@ def build_plan(
     check_rendezvous(spec, target)
     job_dir = str(PurePosixPath(target.job_root) / job_id)
     python = _job_python(target, image)
+    ips = node_ips(target, spec.nodes)  # one string, shared by every host's copy
     derived = _derived_values(spec, job_id, job_dir)
     if resume_from:
         derived["resume_from"] = str(PurePosixPath(derived["checkpoint_dir"]) / resume_from)
@@ -133,6 +136,7 @@ def build_plan(
                 sources,
                 derived,
                 first_on_host,
+                ips,
                 sync,
                 follow=follow,
                 secrets_on_stdin=secrets_on_stdin,
@@ -205,6 +209,7 @@ def _node_plan(
     sources: Sources,
     derived: dict[str, str],
     first_on_host: bool,
+    ips: str,
     sync: CheckpointSync | None = None,
     *,
     follow: bool = False,
@@ -220,6 +225,7 @@ def _node_plan(
         steps.extend(_workdir_steps(target, sources, f"{job_dir}/workdir"))
         steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
+        steps.append(WriteFile(path=f"{job_dir}/{NODE_IPS_FILE}", content=ips))
         if spec.run.serialize_init:
             steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
         for module in sources.agent_modules:

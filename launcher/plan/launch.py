@@ -27,6 +27,7 @@ MACRO = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 INIT_FILE = "gpujob-init.py"
 USER_RUN_FILE = "run-user.sh"
 HOSTFILE = "hostfile"
+NODE_IPS_FILE = "node_ips"
 
 
 @dataclass(frozen=True)
@@ -44,34 +45,40 @@ class NodeContext:
     user: str = ""
 
     @property
-    def addresses(self) -> list[str]:
-        return list(self.target.addresses[: self.spec.nodes])
+    def head(self) -> str:
+        return self.target.addresses[0]
 
     @property
-    def head(self) -> str:
-        return self.addresses[0]
+    def address(self) -> str:
+        return self.target.addresses[self.rank]
+
+
+def node_ips(target: NodeLayout, nodes: int) -> str:
+    """The job's `node_ips` file, written once per host: every node's address, one a line,
+    node 0 first. run.sh reads it into GPUJOB_NODE_IPS and SkyPilot's names; written into
+    each node's own script instead, a plan of N nodes would hold N copies of N addresses."""
+    return "\n".join(target.addresses[:nodes]) + "\n"
 
 
 def node_env(node: NodeContext) -> dict[str, str]:
-    """The variables every process of the node gets (run.sh exports them)."""
+    """The variables every process of the node gets (run.sh exports them, and the address
+    lists GPUJOB_NODE_IPS, SKYPILOT_NODE_IPS and SKYPILOT_SETUP_NODE_IPS read from the file
+    GPUJOB_NODE_IPS_FILE names)."""
     spec = node.spec
     env: dict[str, str] = {f"GPUJOB_{key.upper()}": value for key, value in node.values.items()}
-    ips = "\n".join(node.addresses)
     gpus = str(spec.resources.gpus_per_node)
     env.update(
-        GPUJOB_NODE_IPS=ips,
+        GPUJOB_NODE_IPS_FILE=f"{node.job_dir}/{NODE_IPS_FILE}",
         GPUJOB_NUM_NODES=str(spec.nodes),
         GPUJOB_NUM_GPUS_PER_NODE=gpus,
         GPUJOB_HEAD_IP=node.head,
         MASTER_ADDR=node.head,
         MASTER_PORT=str(spec.run.rdzv_port),
         SKYPILOT_NODE_RANK=str(node.rank),
-        SKYPILOT_NODE_IPS=ips,
         SKYPILOT_NUM_NODES=str(spec.nodes),
         SKYPILOT_NUM_GPUS_PER_NODE=gpus,
         SKYPILOT_TASK_ID=node.values["job_id"],
         SKYPILOT_SETUP_NODE_RANK=str(node.rank),
-        SKYPILOT_SETUP_NODE_IPS=ips,
         SKYPILOT_SETUP_NUM_GPUS_PER_NODE=gpus,
         SKYPILOT_CLUSTER_INFO=cluster_info(node),
     )
@@ -200,7 +207,7 @@ def _torchrun_argv(node: NodeContext) -> list[list[str]]:
             ["--rdzv-endpoint", f"{node.head}:{run.rdzv_port}"],
             ["--rdzv-id", node.values["job_id"]],
             ["--rdzv-conf", f"join_timeout={run.rdzv_timeout_s},read_timeout=60"],
-            ["--local-addr", node.addresses[node.rank]],
+            ["--local-addr", node.address],
         ]
     groups += [
         ["--nproc-per-node", str(spec.nproc_per_node)],
@@ -284,7 +291,7 @@ def ray_context(node: NodeContext) -> RayPlan:
     return RayPlan(
         head=node.rank == 0,
         head_ip=node.head,
-        node_ip=node.addresses[node.rank],
+        node_ip=node.address,
         port=spec.run.ray_port,
         nodes=spec.nodes,
         gpus=spec.resources.gpus_per_node,

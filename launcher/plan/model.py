@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 Runtime = Literal["bare", "docker"]
@@ -103,8 +104,9 @@ class NodeLayout:
     def distinct_hosts(self) -> list[str]:
         return list(dict.fromkeys(self.hosts))
 
-    @property
+    @cached_property
     def one_machine(self) -> bool:
+        """Asked once per node: cached, or planning N nodes would read N addresses N times."""
         return len(set(self.addresses)) <= 1 and all(h == self.hosts[0] for h in self.hosts)
 
 

@@ -19,6 +19,9 @@ from typing import Any, BinaryIO
 from launcher.errors import GpujobError
 from launcher.remote.base import Connection
 from launcher.runtime.agent import TERMINAL
+from launcher.runtime.screen import LINE_MAX, collapse_carriage_returns, compact, terminal_safe
+
+__all__ = ["collapse_carriage_returns"]  # the test of what a terminal leaves imports it here
 
 FAILED = ("failed", "lost")
 POLL_MIN_S = 0.05
@@ -41,6 +44,8 @@ class NodeStream:
     offset: int = 0
     status: dict[str, Any] = field(default_factory=dict)
     partial: bytes = b""
+    held: bytes = b""
+    """An escape sequence cut between two reads, for a terminal (at most a few bytes)."""
     done: bool = False
     unreachable_since: float | None = None
     backoff_s: float = 0.5
@@ -56,11 +61,20 @@ class NodeStream:
 @dataclass(frozen=True)
 class Output:
     """How bytes reach the reader: `prefix` marks lines with their node rank; `collapse`
-    shows `\\r`-rewritten lines (progress bars) as a terminal would, once each."""
+    shows `\\r`-rewritten lines (progress bars) as a terminal would, once each; `terminal`
+    shows the job's control bytes rather than letting the terminal obey them (screen.py)."""
 
     out: BinaryIO
     prefix: bool = False
     collapse: bool = False
+    terminal: bool = False
+
+
+def output_for(out: BinaryIO, nodes: int) -> Output:
+    """One node: its bytes as they come (a file or pipe gets the host's log byte for byte;
+    a terminal draws the progress bars itself, its control bytes made safe). Several: each
+    line marked with its node, progress bars shown once each as a terminal leaves them."""
+    return Output(out, prefix=nodes > 1, collapse=nodes > 1, terminal=out.isatty())
 
 
 Note = Callable[[str], None]
@@ -68,6 +82,19 @@ Note = Callable[[str], None]
 
 class Stopped(Exception):
     """The reader asked to stop (Ctrl-C, SIGTERM, SIGHUP): what was shown is recorded."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Following ended by a signal: the command exits 128 + its number (130 for Ctrl-C,
+    143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the signal ended."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stopped_exit_code(stop: BaseException) -> int:
+    return 128 + int(getattr(stop, "signum", signal.SIGINT))
 
 
 _stop_requested: list[int] = []
@@ -79,16 +106,18 @@ def stop_on_signals() -> Iterator[None]:
     one read and the next: the bytes shown and the offset recorded never disagree, so the
     next `logs -f` repeats nothing and misses nothing. (The `ssh` reading a log runs in a
     session of its own, so a Ctrl-C at the terminal does not cut its read short.) A second
-    Ctrl-C stops at once."""
+    signal stops at once. A signal this process was started ignoring stays ignored: under
+    `nohup`, a closed terminal does not end the follow."""
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in stops}
+    previous = {sig: handler for sig, handler in previous.items() if handler != signal.SIG_IGN}
 
     def flag(signum: int, frame: object) -> None:
         if _stop_requested:
-            raise KeyboardInterrupt
+            raise Interrupted(signum)
         _stop_requested.append(signum)
 
-    for sig in stops:
+    for sig in previous:
         signal.signal(sig, flag)
     try:
         yield
@@ -112,13 +141,14 @@ def follow_logs(
     others still run (the caller stops them: a job fails as a whole)."""
     try:
         return _follow(streams, output, follow, on_progress, on_failure, note)
-    except (Stopped, KeyboardInterrupt):
+    except (Stopped, KeyboardInterrupt) as stop:
+        signum = _stop_requested[0] if _stop_requested else getattr(stop, "signum", signal.SIGINT)
         for stream in streams:  # held back for a whole line, but already recorded as shown
             _flush_partial(output, stream)
             if on_progress:
                 on_progress(stream)  # a read stopped between two pieces: record its offset
         output.out.flush()
-        raise KeyboardInterrupt from None
+        raise Interrupted(signum) from None
 
 
 def _follow(
@@ -222,23 +252,47 @@ def _read(
 
 
 def _write(output: Output, stream: NodeStream, data: bytes) -> None:
+    """Each read is written as it comes; only a line held for its prefix or its `\\r`
+    rewrites waits, and never more than LINE_MAX of it."""
     if not (output.prefix or output.collapse):
+        if output.terminal:
+            data, stream.held = terminal_safe(data, stream.held)
         output.out.write(data)
         return
     if not output.prefix and b"\r" not in data and b"\r" not in stream.partial:
         # nothing to collapse: whole lines go out as they are, without copying a big read
         cut = data.rfind(b"\n") + 1
         if cut:
-            output.out.write(stream.partial)
-            output.out.write(memoryview(data)[:cut])
+            _emit(output, stream.partial)
+            _emit(output, memoryview(data)[:cut])
             stream.partial = data[cut:]
         else:
             stream.partial += data
-        return
-    data = stream.partial + data
-    whole, newline, stream.partial = data.rpartition(b"\n")
-    if newline:
-        output.out.write(_render(output, stream.rank, whole + b"\n"))
+    else:
+        data = stream.partial + data
+        whole, newline, stream.partial = data.rpartition(b"\n")
+        if newline:
+            _emit(output, _render(output, stream.rank, whole + b"\n"))
+    if len(stream.partial) > LINE_MAX:
+        _bound(output, stream)
+
+
+def _bound(output: Output, stream: NodeStream) -> None:
+    """A line past LINE_MAX with no newline yet: its `\\r` rewrites folded into what they
+    show; still past it, the part held so far is shown (as a line of its own when lines are
+    marked with their node) and the rest of the line follows."""
+    if output.collapse:
+        stream.partial = compact(stream.partial)
+    if len(stream.partial) > LINE_MAX:
+        piece, stream.partial = stream.partial, b""
+        shown = _render(output, stream.rank, piece)
+        _emit(output, shown + b"\n" if output.prefix else shown)
+
+
+def _emit(output: Output, data: bytes | memoryview) -> None:
+    if output.terminal:
+        data = terminal_safe(bytes(data), final=True)[0]
+    output.out.write(data)
 
 
 def _flush_partial(output: Output, stream: NodeStream) -> None:
@@ -246,8 +300,11 @@ def _flush_partial(output: Output, stream: NodeStream) -> None:
     so a plain stream stays byte for byte the host's file)."""
     if stream.partial:
         tail = _render(output, stream.rank, stream.partial)
-        output.out.write(tail + b"\n" if output.prefix else tail)
+        _emit(output, tail + b"\n" if output.prefix else tail)
         stream.partial = b""
+    if stream.held:
+        _emit(output, stream.held)
+        stream.held = b""
 
 
 def _render(output: Output, rank: int, data: bytes) -> bytes:
@@ -261,23 +318,6 @@ def _render(output: Output, rank: int, data: bytes) -> bytes:
         tag = f"[node {rank}] ".encode()
         lines = [tag + line for line in lines]
     return b"".join(lines)
-
-
-def collapse_carriage_returns(line: bytes) -> bytes:
-    """What a terminal leaves on screen for a line rewritten with `\\r`: each segment
-    overwrites the start of the last (`50%\\r100%` shows `100%`; `abcd\\rxy` shows
-    `xycd`). A `\\r\\n` ending is a line ending, not a rewrite."""
-    body, end = line, b""
-    if body.endswith(b"\n"):
-        body, end = body[:-1], b"\n"
-    if body.endswith(b"\r"):
-        body, end = body.rstrip(b"\r"), b"\r" + end
-    if b"\r" not in body:
-        return line
-    screen = ""
-    for segment in body.decode(errors="surrogateescape").split("\r"):
-        screen = segment + screen[len(segment) :]
-    return screen.encode(errors="surrogateescape") + end
 
 
 def first_failure(streams: list[NodeStream]) -> NodeStream | None:

@@ -27,6 +27,10 @@ from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_v
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+MAX_NODES = 1024
+"""The most nodes one job may ask for (stated in `gpujob schema`): a plan is linear in the
+node count, but a typo (`nodes: 100000`) should be a line, not a minute of planning."""
+
 GPUJOB_SETS = ("MASTER_ADDR", "MASTER_PORT")
 """Set by gpujob on every node (with every GPUJOB_* and SKYPILOT_* name): not the spec's."""
 
@@ -202,7 +206,7 @@ class JobSpec(StrictModel):
         "(`../images/x.yaml`), a full image name, or `host` to use the host's Python as it is."
     )
     resources: Resources = Field(default_factory=Resources)
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, description="Machines the job runs on.")
     workdir: str = Field(default=".", description="Shipped to each node; relative to the spec.")
     setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
     file_mounts: dict[str, str] = Field(

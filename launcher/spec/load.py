@@ -19,12 +19,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from launcher.errors import UsageError
+from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
 from launcher.spec.skypilot import Translation
-from launcher.spec.yaml_lines import Path_, read_yaml
+from launcher.spec.yaml_lines import Path_, parse_value, read_yaml
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
-        raise UsageError(_explain(err, origins, str(path))) from None
+        raise _explain(err, origins, str(path)) from None
     return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
 
 
@@ -82,7 +82,7 @@ def _parse_set(item: str) -> tuple[Path_, Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise UsageError(f"--set {item}: write it as KEY=VALUE, e.g. --set run.nproc_per_node=4")
     try:
-        value = yaml.safe_load(raw) if raw else ""
+        value = parse_value(raw, f"--set {key}") if raw else ""
     except yaml.YAMLError:
         value = raw
     if isinstance(value, int | float) and not isinstance(value, bool) and str(value) != raw:
@@ -161,31 +161,40 @@ def _origin_of(origins: dict[Path_, str], loc: Path_, default: str) -> str:
     return default
 
 
-def _explain(err: ValidationError, origins: dict[Path_, str], filename: str) -> str:
-    first = err.errors()[0]
-    loc: Path_ = tuple(part for part in first["loc"] if not str(part).startswith("function-"))
-    cause = (first.get("ctx") or {}).get("error")
+def _explain(err: ValidationError, origins: dict[Path_, str], filename: str) -> UsageError:
+    """Every error of the file at once, one line each, in the order of the file's lines
+    (`--set` flags after them), so that a file with four mistakes takes one try."""
+    lines = {_explain_one(error, origins, filename) for error in err.errors()}
+    ordered = sorted(lines, key=lambda text: _line_order(text, filename))
+    return ManyUsageErrors(ordered)
+
+
+def _line_order(text: str, filename: str) -> tuple[int, int, str]:
+    if text.startswith(f"{filename}:"):
+        number = text[len(filename) + 1 :].partition(":")[0]
+        return (0, int(number) if number.isdigit() else 0, text)
+    return (1, 0, text)
+
+
+def _explain_one(error: Any, origins: dict[Path_, str], filename: str) -> str:
+    loc: Path_ = tuple(part for part in error["loc"] if not str(part).startswith("function-"))
+    cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):
         loc = cause.loc
     field_name = ".".join(map(str, loc)) or "(top level)"
     where = _origin_of(origins, loc, filename)
-    kind = first["type"]
-    message = first["msg"].removeprefix("Value error, ")
+    kind = error["type"]
+    message = error["msg"].removeprefix("Value error, ")
     if kind == "extra_forbidden":
         known = _field_names(JobSpec, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(known)}"
-        text = f"{where}: {field_name}: unknown key; {hint}"
-    elif kind == "missing":
-        text = f"{where}: {field_name}: required field is missing; add `{loc[-1]}:` to the spec"
-    else:
-        got = first.get("input")
-        shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
-        text = f"{where}: {field_name}: {message}{shown}"
-    others = len(err.errors()) - 1
-    if others:
-        text += f" (and {others} more error{'s' if others > 1 else ''})"
-    return text
+        return f"{where}: {field_name}: unknown key; {hint}"
+    if kind == "missing":
+        return f"{where}: {field_name}: required field is missing; add `{loc[-1]}:` to the spec"
+    got = error.get("input")
+    shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
+    return f"{where}: {field_name}: {message}{shown}"
 
 
 def _field_names(model: type[BaseModel], loc: Path_) -> list[str]:

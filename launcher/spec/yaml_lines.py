@@ -1,5 +1,12 @@
 """YAML with the line of every key: the one parser behind job specs and image definitions,
-so that any error can name the line to change."""
+so that any error can name the line to change.
+
+The composer is bounded, because a spec is input from anyone: a file past `MAX_BYTES`,
+bytes that are not UTF-8, nesting past `MAX_DEPTH`, aliases that expand past `MAX_VALUES`
+(a "billion laughs" composes in microseconds and expands in hours) and a key written twice
+in one mapping (YAML would keep the last, silently) are each refused in one line while the
+document is composed, before anything walks the expanded tree.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +19,85 @@ from launcher.errors import UsageError
 
 Path_ = tuple[str | int, ...]
 
+MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer counts each node's expanded size and depth as it goes."""
+
+    def __init__(self, text: str, filename: str) -> None:
+        super().__init__(text)
+        self.filename = filename
+        self.path: list[str | int | None] = []
+        self.sizes: dict[int, int] = {}
+
+    def refuse(self, mark: yaml.Mark | None, what: str, fix: str) -> UsageError:
+        where = f"{self.filename}:{mark.line + 1}" if mark else self.filename
+        return UsageError(f"{where}: {what}", fix)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) and event.anchor in self.anchors:
+            aliased = self.anchors[event.anchor]
+            if id(aliased) not in self.sizes:
+                raise self.refuse(
+                    event.start_mark,
+                    f"alias *{event.anchor} refers to the node that contains it",
+                    "a spec cannot be recursive; write the value out",
+                )
+        self.path.append(index.value if isinstance(index, yaml.ScalarNode) else index)
+        if len(self.path) > MAX_DEPTH:
+            raise self.refuse(
+                event.start_mark,
+                f"nesting deeper than {MAX_DEPTH} levels",
+                "a job spec is a few levels deep; flatten this value",
+            )
+        node = super().compose_node(parent, index)
+        if id(node) not in self.sizes:
+            children = node.value if isinstance(node, yaml.SequenceNode) else []
+            if isinstance(node, yaml.MappingNode):
+                children = [child for pair in node.value for child in pair]
+                self.refuse_duplicate_keys(node)
+            self.sizes[id(node)] = 1 + sum(self.sizes[id(child)] for child in children)
+        self.path.pop()
+        if self.sizes[id(node)] > MAX_VALUES:
+            raise self.refuse(
+                event.start_mark,
+                f"more than {MAX_VALUES} values once its aliases are expanded",
+                "use fewer aliases (`*name`) or write the values out",
+            )
+        return node
+
+    def refuse_duplicate_keys(self, node: yaml.MappingNode) -> None:
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+                continue
+            if key_node.value in seen:
+                field = ".".join(str(p) for p in (*self.path, key_node.value) if p is not None)
+                raise self.refuse(
+                    key_node.start_mark,
+                    f"{field}: key written twice (also at line {seen[key_node.value]})",
+                    "keep one of them: YAML would silently keep the last",
+                )
+            seen[key_node.value] = key_node.start_mark.line + 1
+
 
 def parse_yaml(
     text: str, filename: str, what: str, example: str
 ) -> tuple[dict[str, Any], dict[Path_, int]]:
     """The mapping and the line of every key and item in it, by path (`("run", "args", 0)`);
     a syntax error or a document that is not a mapping is one line naming file and line."""
+    lines: dict[Path_, int] = {}
+    loader = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = _BoundedLoader(text, filename)
+        node = loader.get_single_node()
+        if node is not None:
+            record_lines(node, (), lines)  # before construction merges `<<` keys in place
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
@@ -28,13 +105,30 @@ def parse_yaml(
             f"{where}: YAML syntax error: {err.problem or err.context}",
             "fix the YAML at that line (indentation, a missing `:` or an unclosed quote)",
         ) from None
+    except yaml.reader.ReaderError as err:
+        line = text.count("\n", 0, err.position) + 1
+        raise UsageError(
+            f"{filename}:{line}: not a text file: control character {err.character:#04x}",
+            "give a YAML text file",
+        ) from None
     except yaml.YAMLError as err:
         raise UsageError(f"{filename}: YAML error: {err}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         raise UsageError(f"{filename}:1: {what}", example)
-    lines: dict[Path_, int] = {}
-    record_lines(node, (), lines)
     return data, lines
+
+
+def parse_value(text: str, where: str) -> Any:
+    """One value as YAML reads it (a `--set` flag's), under the same bounds as a file."""
+    loader = _BoundedLoader(text, where)
+    try:
+        node = loader.get_single_node()
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
 
 
 def record_lines(node: yaml.Node, loc: Path_, lines: dict[Path_, int]) -> None:
@@ -58,12 +152,28 @@ def dotted(lines: dict[Path_, int]) -> dict[str, int]:
 def read_yaml(
     path: Path, kind: str, what: str, example: str
 ) -> tuple[dict[str, Any], dict[Path_, int]]:
-    """`path`'s mapping and the line of every key; a file that cannot be read is
-    one line naming it (`kind`: "job spec", "image definition")."""
+    """`path`'s mapping and the line of every key; a file that cannot be read, is too big
+    or is not UTF-8 is one line naming it (`kind`: "job spec", "image definition")."""
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            raw = file.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such {kind}", "check the path") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder, not a {kind}", "give the YAML file") from None
     except OSError as err:
         raise UsageError(f"{path}: cannot read the {kind}: {err.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise UsageError(
+            f"{path}:1: the {kind} is larger than {MAX_BYTES // 1024} KiB",
+            "is it the right file? keep data out of the spec and point to it",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise UsageError(
+            f"{path}:{line}: not UTF-8 text (byte {raw[err.start]:#04x})",
+            f"give the YAML file of the {kind}, saved as UTF-8",
+        ) from None
     return parse_yaml(text, str(path), what, example)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from launcher.agent.states import TERMINAL
 from launcher.paths import state_dir
+from launcher.state.faults import check_version, mark_version, state_faults
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -71,25 +72,29 @@ class JobRecord:
 class StateDB:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or state_dir() / "state.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with state_faults(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._schema_ready = False
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            if not self._schema_ready:  # once per instance: a follow writes offsets per read
-                conn.executescript(SCHEMA)
-                columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-                if "logs_to" not in columns:  # a state db from before logs were shipped
-                    conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
-                if "scheduler_job" not in columns:  # a state db from before SLURM
-                    conn.execute("ALTER TABLE jobs ADD COLUMN scheduler_job TEXT")
-                self._schema_ready = True
-            with conn:
-                yield conn
-        finally:
-            conn.close()
+        with state_faults(self.path):
+            conn = sqlite3.connect(self.path, timeout=30)
+            try:
+                if not self._schema_ready:  # once per instance: a follow writes per read
+                    version = check_version(conn, self.path)
+                    conn.executescript(SCHEMA)
+                    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+                    if "logs_to" not in columns:  # a state db from before logs were shipped
+                        conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
+                    if "scheduler_job" not in columns:  # a state db from before SLURM
+                        conn.execute("ALTER TABLE jobs ADD COLUMN scheduler_job TEXT")
+                    mark_version(conn, version)
+                    self._schema_ready = True
+                with conn:
+                    yield conn
+            finally:
+                conn.close()
 
     def add_job(self, job: JobRecord) -> None:
         with self._connect() as conn:

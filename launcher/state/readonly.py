@@ -16,26 +16,29 @@ from pathlib import Path
 from launcher.paths import state_dir
 from launcher.state import db as jobs_db
 from launcher.state import hosts as hosts_db
+from launcher.state.faults import check_version, state_faults
 
 
 @contextmanager
 def read_only(path: Path, schema: str, table: str) -> Iterator[sqlite3.Connection]:
-    conn = None
-    if path.is_file():
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        found = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-        ).fetchone()
-        if found is None:
+    with state_faults(path):
+        conn = None
+        if path.is_file():
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+            check_version(conn, path)
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
+            if found is None:
+                conn.close()
+                conn = None
+        if conn is None:  # nothing recorded yet: the same tables, empty, in memory
+            conn = sqlite3.connect(":memory:")
+            conn.executescript(schema)
+        try:
+            yield conn
+        finally:
             conn.close()
-            conn = None
-    if conn is None:  # nothing recorded yet: the same tables, empty, in memory
-        conn = sqlite3.connect(":memory:")
-        conn.executescript(schema)
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 class ReadOnly(Exception):

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from launcher.paths import state_dir
+from launcher.state.faults import check_version, mark_version, state_faults
 
 
 class SqliteStore:
@@ -19,14 +20,18 @@ class SqliteStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or state_dir() / "state.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with state_faults(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.executescript(self.SCHEMA)
-            with conn:
-                yield conn
-        finally:
-            conn.close()
+        with state_faults(self.path):
+            conn = sqlite3.connect(self.path, timeout=30)
+            try:
+                version = check_version(conn, self.path)
+                conn.executescript(self.SCHEMA)
+                mark_version(conn, version)
+                with conn:
+                    yield conn
+            finally:
+                conn.close()

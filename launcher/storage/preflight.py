@@ -58,9 +58,9 @@ def preflight(
     if target.on_this_machine:
         folder = env_dir(target, image)
         environment = ENVIRONMENT_GUESS if folder and not Path(folder).exists() else 0
-        budget = disk_budget(loaded, target.job_root, environment)
-        if loaded.spec.checkpoints.estimated_bytes is not None:
-            report(budget.line())
+        for budget in disk_budget(loaded, target.job_root, environment, folder):
+            if loaded.spec.checkpoints.estimated_bytes is not None:
+                report(budget.line())
         shm_check(loaded)
     return checkpoint_sync(loaded, for_hosts=not target.on_this_machine)
 
@@ -116,7 +116,7 @@ def _remote_host_checks(
     report: Callable[[str], None],
 ) -> None:  # fmt: skip
     from launcher.storage import on_host
-    from launcher.storage.budget import check_budget
+    from launcher.storage.budget import PARTS, check_budget
     from launcher.storage.s3 import RemoteUnreachable
 
     job_root = str(Path(node.job_dir).parent)
@@ -125,9 +125,16 @@ def _remote_host_checks(
     else:
         free, env_ready, where = on_host.free_space(conn, job_root, environment or "")
         to_create = ENVIRONMENT_GUESS if environment and not env_ready else 0
-    budget = check_budget(loaded, free, f"{node.host}:{where}", to_create)
-    if loaded.spec.checkpoints.estimated_bytes is not None:
-        report(budget.line())
+    budgets = [(free, where, PARTS)]
+    if Path(loaded.spec.checkpoints.dir).is_absolute():  # measured on its own disk
+        ckpt_free, _, ckpt_where = on_host.free_space(conn, loaded.spec.checkpoints.dir, "")
+        if ckpt_free != free:  # another disk (one disk reads the same free bytes twice)
+            budgets = [(free, where, PARTS - {"checkpoints"}),
+                       (ckpt_free, ckpt_where, frozenset({"checkpoints"}))]  # fmt: skip
+    for free, where, parts in budgets:
+        budget = check_budget(loaded, free, f"{node.host}:{where}", to_create, parts)
+        if loaded.spec.checkpoints.estimated_bytes is not None:
+            report(budget.line())
     target = sync_target(loaded)
     if target is None:
         return

@@ -36,6 +36,7 @@ def follow_attempts(
     first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None,
 ) -> int:
     """`opened`: connections by host name submit already has (its first attempt's)."""
+    from launcher.runtime.logs import stopped_exit_code
     from launcher.supervise.recover import ensure_controller
 
     db, rdb = StateDB(), RecoveryDB()
@@ -54,10 +55,10 @@ def follow_attempts(
             attempt = record.restarts
             try:
                 _follow_attempt(db, current, node, opened, first_reads)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as stop:
                 say(f"stopped following; the job and its recovery controller go on "
                     f"(gpujob logs {job.id} -f)")  # fmt: skip
-                return 130
+                return stopped_exit_code(stop)
             finally:
                 opened, first_reads = None, None
             shown = _wait_for_word(rdb, job.id, attempt, shown)
@@ -101,7 +102,7 @@ def _follow_attempt(
 ) -> None:
     """This attempt's logs, from where the last follow of it stopped, until every node has
     ended or a host stops answering."""
-    from launcher.runtime.logs import NodeStream, Output, follow_logs, stop_on_signals
+    from launcher.runtime.logs import NodeStream, follow_logs, output_for, stop_on_signals
     from launcher.targets.base import close_all, target_for
 
     rdb, attempt = RecoveryDB(), _attempt(job.id)
@@ -121,8 +122,7 @@ def _follow_attempt(
         if stream.offset == 0 and first:
             stream.first = first.get(rank)
         streams.append(stream)
-    output = Output(sys.stdout.buffer, prefix=len(job.node_dirs) > 1,
-                    collapse=len(job.node_dirs) > 1 or not sys.stdout.isatty())  # fmt: skip
+    output = output_for(sys.stdout.buffer, len(job.node_dirs))
 
     def record(stream: NodeStream) -> None:
         db.set_offset(job.id, stream.rank, stream.offset)

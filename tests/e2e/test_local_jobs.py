@@ -68,14 +68,10 @@ def test_quickstart_trains_and_streams_its_log_byte_for_byte(state: dict[str, st
 
     job_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "qs-e2e"
     raw = (job_dir / "node-0" / "job.log").read_bytes()
-    # The host's log keeps every byte; the stream (not a terminal here) shows transformers'
-    # `\r` progress bars as a terminal leaves them, once each, and nothing else changes.
+    # The host's log keeps every byte, and the stream (a pipe here, not a terminal) is that
+    # log byte for byte, written as read: transformers' `\r` progress bars included.
     assert b"\rWriting model shards: 100%" in raw
-    from launcher.runtime.logs import collapse_carriage_returns
-
-    shown = b"\n".join(collapse_carriage_returns(line) for line in raw.split(b"\n"))
-    assert shown == result.stdout
-    assert stdout.count("Writing model shards: 100%") == raw.count(b"\rWriting model shards: 1")
+    assert result.stdout == raw
 
     losses = [float(x) for x in re.findall(r"^step \d+/\d+ loss ([0-9.]+)", stdout, re.M)]
     assert len(losses) >= 5 and losses[-1] < losses[0] * 0.5, losses

@@ -76,6 +76,13 @@ def run_sh(plan: Plan, rank: int = 0) -> str:
     return written(plan.nodes[rank], "run.sh").content
 
 
+def node_ips(plan: Plan, rank: int = 0) -> WriteFile:
+    """The host's one list of node addresses that node `rank`'s run.sh reads."""
+    path = f"{plan.nodes[rank].job_dir}/node_ips"
+    steps = (step for node in plan.nodes for step in node.steps)
+    return next(s for s in steps if isinstance(s, WriteFile) and s.path == path)
+
+
 def env_setup(plan: Plan) -> str:
     """The bash script that makes the job environment (bare runtime with an image)."""
     return next(
@@ -85,14 +92,14 @@ def env_setup(plan: Plan) -> str:
 
 def exports(script: str) -> dict[str, str]:
     """`export K=V` statements of a run script, as the shell reads them (a quoted value may
-    span lines: `GPUJOB_NODE_IPS` holds one address per line)."""
+    span lines); `export NAME` of a name set before is left out."""
     pairs, pending = [], ""
     for line in script.splitlines():
         if not pending and not line.startswith("export "):
             continue
         pending = f"{pending}\n{line}" if pending else line
         try:
-            pairs.append(shlex.split(pending)[1])
+            pairs.extend(word for word in shlex.split(pending)[1:] if "=" in word)
         except ValueError:  # the quote closes on a later line
             continue
         pending = ""
@@ -128,6 +135,7 @@ def execute(plan: Plan, rank: int = 0, env: dict[str, str] | None = None) -> dic
     (workdir / "x").write_text("still here")
     Path(node.node_dir).mkdir(parents=True, exist_ok=True)
     (Path(node.node_dir) / "run.sh").write_text(run_sh(plan, rank))
+    Path(node_ips(plan, rank).path).write_text(node_ips(plan, rank).content)
     base = {"PATH": os.environ["PATH"], "HOME": "/home/expanded"}
     result = subprocess.run(
         ["bash", "run.sh"],

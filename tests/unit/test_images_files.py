@@ -123,3 +123,17 @@ def test_the_rendered_workflow_passes_actionlint(tmp_path: Path) -> None:
     done = subprocess.run([str(BIN / "actionlint"), str(path)], capture_output=True, text=True,
                           cwd=tmp_path, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout
+
+
+def test_a_shipped_definition_is_locked_into_the_current_folder_not_the_package(
+    tmp_path: Path,
+) -> None:
+    from launcher.images.commands import lock_place
+    from launcher.resources import builtin_images_dir
+
+    shipped = builtin_images_dir() / "lab-cpu.yaml"
+    assert lock_place(shipped, tmp_path) == (
+        tmp_path / "images" / "lab-cpu.lock", tmp_path / "images" / "lab-cpu.yaml"
+    )  # fmt: skip
+    own = tmp_path / "defs" / "mine.yaml"
+    assert lock_place(own, tmp_path) == (tmp_path / "defs" / "mine.lock", None)

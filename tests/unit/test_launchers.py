@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from planning import REPO, plan_of, run_sh, spec_of, target, written
+from planning import REPO, node_ips, plan_of, run_sh, spec_of, target, written
 
 from launcher.plan.model import Plan, WriteFile
 
@@ -251,9 +251,10 @@ def ray_node(tmp_path: Path, rank: int, head_port: int) -> tuple[subprocess.Pope
     spec = spec_of(nodes=2, run={"entrypoint": "driver.py", "launcher": "ray",
                                  "ray_port": head_port})  # fmt: skip
     where = target(2, job_root=str(tmp_path / "jobs"), python=str(bin_dir / "python"))
-    node = plan_of(spec, where).nodes[rank]
+    planned = plan_of(spec, where)
+    node = planned.nodes[rank]
     (Path(node.job_dir) / "workdir").mkdir(parents=True, exist_ok=True)
-    for step in node.steps:
+    for step in (*node.steps, node_ips(planned, rank)):
         if isinstance(step, WriteFile):
             Path(step.path).parent.mkdir(parents=True, exist_ok=True)
             Path(step.path).write_text(step.content)

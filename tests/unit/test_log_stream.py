@@ -117,3 +117,53 @@ def test_a_log_read_in_any_pieces_shows_as_read_whole(size: int) -> None:
     out = io.BytesIO()
     follow_logs([NodeStream(0, "/n", Host(pieces))], Output(out, collapse=True), follow=True)
     assert out.getvalue() == whole.getvalue()
+
+
+class Tracking(io.BytesIO):
+    """An output that remembers the largest unfinished line a node held while it wrote."""
+
+    def __init__(self, stream: NodeStream) -> None:
+        super().__init__()
+        self.stream, self.most_held = stream, 0
+
+    def write(self, data: Any) -> int:
+        self.most_held = max(self.most_held, len(self.stream.partial))
+        return super().write(data)
+
+
+def test_a_long_progress_line_of_a_node_is_held_bounded_and_shown_as_a_terminal_leaves_it() -> None:
+    """10 MB of `\\r` rewrites without a newline, read in 64 KiB pieces: what a node holds
+    stays near LINE_MAX, and the line shown is the one a terminal would have left."""
+    from launcher.runtime.screen import LINE_MAX
+
+    line = b"".join(b"\rstep %07d" % i for i in range(800_000)) + b" done\n"
+    pieces = [line[i : i + 65536] for i in range(0, len(line), 65536)]
+    stream = NodeStream(1, "/n", Host(pieces))
+    out = Tracking(stream)
+    follow_logs([stream], Output(out, prefix=True, collapse=True), follow=True)
+    assert out.getvalue() == b"[node 1] step 0799999 done\n"
+    assert out.most_held <= LINE_MAX + 65536
+
+
+def test_a_huge_line_without_carriage_returns_is_shown_in_pieces() -> None:
+    from launcher.runtime.screen import LINE_MAX
+
+    line = b"x" * (5 * LINE_MAX) + b"\n"
+    stream = NodeStream(0, "/n", Host([line[i : i + 4096] for i in range(0, len(line), 4096)]))
+    out = Tracking(stream)
+    follow_logs([stream], Output(out, prefix=True, collapse=True), follow=True)
+    shown = out.getvalue().split(b"\n")[:-1]
+    assert all(piece.startswith(b"[node 0] x") for piece in shown) and len(shown) > 1
+    assert b"".join(piece.removeprefix(b"[node 0] ") for piece in shown) == line[:-1]
+    assert out.most_held <= LINE_MAX + 4096
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
+def test_a_terminal_sees_control_bytes_escaped_however_the_reads_cut_them(size: int) -> None:
+    log = b"a\x1b]0;title\x07b \x1b[1;31mred\x1b[0m \x1b[2K\x1b[1A up \x1b[?25l\x00\x7f\tend\x1b"
+    out = io.BytesIO()
+    pieces = [log[i : i + size] for i in range(0, len(log), size)]
+    follow_logs([NodeStream(0, "/n", Host(pieces))], Output(out, terminal=True), follow=True)
+    assert out.getvalue() == (
+        b"a^[]0;title^Gb \x1b[1;31mred\x1b[0m \x1b[2K\x1b[1A up ^[[?25l^@^?\tend^["
+    )

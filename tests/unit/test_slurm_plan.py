@@ -193,6 +193,7 @@ def test_the_sbatch_script_fills_in_addresses_and_keeps_the_failing_nodes_code(
         folder.mkdir(parents=True)
         for name in ("run.sh", "job.json"):
             (folder / name).write_text(written(node, name).content)
+    (root / "node_ips").write_text(written(planned.plan.nodes[0], "node_ips").content)
     (root / "node-1" / "status.json").write_text(json.dumps(
         {"state": "failed", "exit_code": 7, "ended_at": 5.0}))  # fmt: skip
     (root / "node-0" / "status.json").write_text(json.dumps(
@@ -217,7 +218,7 @@ def test_the_sbatch_script_fills_in_addresses_and_keeps_the_failing_nodes_code(
     run1 = (root / "node-1" / "run.sh").read_text()
     assert "GPUJOB-SLURM" not in run1
     assert "export GPUJOB_HEAD_IP=10.1.0.1" in run1
-    assert "10.1.0.1\\n10.1.0.2" in (root / "node-0" / "job.json").read_text()  # hook env
+    assert (root / "node_ips").read_text() == "10.1.0.1\n10.1.0.2\n"
 
 
 def test_hosts_yaml_slurm_entries() -> None:

@@ -85,7 +85,7 @@ def test_a_spec_endpoint_with_quotes_or_backticks_is_refused_at_its_line(
     spec = tmp_path / "job.yaml"
     spec.write_text(
         "name: t\nimage: host\nrun: {entrypoint: train.py}\nstorage:\n  lab:\n"
-        f"    bucket: b\n    endpoint: '{endpoint}'\n"
+        f"    bucket: bkt\n    endpoint: '{endpoint}'\n"
     )
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 2
