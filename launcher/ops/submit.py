@@ -105,7 +105,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         events = ", ".join(policy.on)
         say(f"dry run: once the job runs, a recovery controller would follow it (up to "
             f"{policy.max_restarts} restart(s) on {events})")  # fmt: skip
-    if not loaded.workdir.is_dir():
+    if loaded.workdir is not None and not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
     try:
@@ -119,7 +119,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
             "leave out --job-id to get a new one",
         )
     sources = Sources(
-        workdir=str(loaded.workdir),
+        workdir=str(loaded.workdir or ""),
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),

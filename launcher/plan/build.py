@@ -65,8 +65,8 @@ COPY_WORKDIR = 'mkdir -p "$1" "$2" && cp -a "$1/." "$2/"'
 
 @dataclass(frozen=True)
 class Sources:
-    """What comes from this machine: the workdir and the agent's own source (shipped), and
-    who submits (SKYPILOT_USER on every node)."""
+    """What comes from this machine: the workdir ("": nothing to ship) and the agent's own
+    source (shipped), and who submits (SKYPILOT_USER on every node)."""
 
     workdir: str
     agent: str
@@ -295,7 +295,11 @@ def _agent(target: Target, node_dir: str, command: str, *args: str) -> tuple[str
 
 def _workdir_steps(target: Target, sources: Sources, path: str) -> list[Step]:
     """Locally, the workdir goes straight into the job's folder. On a remote host it updates
-    that host's lasting copy (only changed files move), which is then copied on the host."""
+    that host's lasting copy (only changed files move), which is then copied on the host.
+    No workdir (`workdir: null`, a SkyPilot task without one): an empty folder, as SkyPilot
+    ships nothing then."""
+    if not sources.workdir:
+        return [RunCommand(argv=("mkdir", "-p", path), why="make the job's (empty) workdir")]
     excludes = DEFAULT_EXCLUDES + sources.excludes
     if target.provider == "local":
         return [SyncDir(source=sources.workdir, path=path, excludes=excludes)]

@@ -79,9 +79,8 @@ def budget_of(loaded: LoadedSpec, environment_bytes: int, free: int = 0, where: 
     workdir, the software still to be put there."""
     ckpt = loaded.spec.checkpoints
     kept = (ckpt.keep_last or 1) + 1
-    return Budget(
-        ckpt.estimated_bytes, kept, folder_bytes(loaded.workdir), environment_bytes, free, where
-    )
+    workdir = folder_bytes(loaded.workdir) if loaded.workdir else 0  # None: nothing shipped
+    return Budget(ckpt.estimated_bytes, kept, workdir, environment_bytes, free, where)
 
 
 def check_budget(loaded: LoadedSpec, free: int, where: str, environment_bytes: int) -> Budget:
