@@ -125,6 +125,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         spec_where=loaded.where("run", "args"),
         agent_modules=AGENT_MODULES,
         user=user_name(),
+        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
     )
 
     if any(value.startswith("slurm:") for value in options.on):  # queued on a cluster
@@ -148,7 +149,7 @@ def _submit(options: SubmitOptions, early: Any) -> int:
         placed = _placement(options, spec, None, up_image=image)
         image = None
     else:
-        placed = _placement(options, spec, image, early=early)
+        placed = _placement(options, spec, image, early=early, where=loaded.where("image"))
     target, connections = placed.target, placed.connections
     plan = plan_for(target, image)
     if options.dry_run:
@@ -197,7 +198,12 @@ def _clear_the_rent(
 
 
 def _placement(
-    options: SubmitOptions, spec: Any, image: Any, up_image: Any = None, early: Any = None
+    options: SubmitOptions,
+    spec: Any,
+    image: Any,
+    up_image: Any = None,
+    early: Any = None,
+    where: str = "image",
 ) -> Any:
     """Where the job runs: this machine, the `--on` hosts, or hosts `--up` rents now."""
     from launcher.ops import placement
@@ -208,7 +214,7 @@ def _placement(
     if not options.on and not options.up:
         from launcher.providers.local import local_connections, local_target
 
-        target = local_target(spec, image)
+        target = local_target(spec, image, options.runtime, where)
         return placement.Placement(target, dict(local_connections()), list(target.hosts))
     if options.up:
         entries, provider = _rented_hosts(options, spec, up_image or image)

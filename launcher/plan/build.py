@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from launcher.agent import AGENT_FILE, agent_argv
@@ -49,6 +49,7 @@ from launcher.plan.node_files import (
     secrets_file,
 )
 from launcher.plan.reach import check_rendezvous, reach_checks
+from launcher.plan.sandbox import home_step, job_venv, uses_job_venv, venv_step
 from launcher.plan.setup_barrier import barrier_file
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
@@ -75,6 +76,8 @@ class Sources:
     excludes: tuple[str, ...] = ()
     agent_modules: tuple[str, ...] = ()
     user: str = ""
+    mounts_where: dict[str, str] = field(default_factory=dict)
+    """The file:line of each file_mounts destination, for a refusal that names it."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def build_plan(
         raise UsageError(f"the job needs {spec.nodes} nodes but {len(target.hosts)} were given")
     check_rendezvous(spec, target)
     job_dir = str(PurePosixPath(target.job_root) / job_id)
-    python = _job_python(target, image)
+    python = _job_python(target, image, job_dir)
     derived = _derived_values(spec, job_id, job_dir)
     if resume_from:
         derived["resume_from"] = str(PurePosixPath(derived["checkpoint_dir"]) / resume_from)
@@ -151,7 +154,9 @@ def build_plan(
     )
 
 
-def _job_python(target: Target, image: ImageDefinition | None) -> str:
+def _job_python(target: Target, image: ImageDefinition | None, job_dir: str) -> str:
+    if uses_job_venv(target, image is not None):
+        return f"{job_venv(job_dir)}/bin/python"
     if image is None or target.runtime == "docker":
         return target.python
     return str(PurePosixPath(_env_dir(target, image)) / "bin" / "python")
@@ -209,9 +214,12 @@ def _node_plan(
     steps: list[Step] = []
     prepare: list[Step] = []  # after the files, which then go in one round trip
     if first_on_host:
-        ships, places = mount_steps(job_dir, spec, lasting_copies(spec, target, workdir_copy))
+        lasting = lasting_copies(spec, target, workdir_copy)
+        ships, places = mount_steps(job_dir, spec, target, lasting, sources.mounts_where)
         steps.extend(ships)  # every folder's listing before the batch's first command
         steps.extend(_workdir_steps(target, sources, f"{job_dir}/workdir"))
+        if target.sandbox:  # the job's own HOME, before a `~/...` mount is put there
+            steps.append(home_step(target, job_dir))
         steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         if spec.run.serialize_init:
@@ -222,6 +230,8 @@ def _node_plan(
         if target.runtime == "docker":
             if not target.image_present:
                 prepare.append(docker.pull_step(target))
+        elif uses_job_venv(target, image is not None):
+            prepare.append(venv_step(target, job_dir))
         elif image is not None:
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
@@ -254,7 +264,7 @@ def _node_plan(
             shm_gb=spec.resources.shm_gb,
             grace_s=GRACE_S,
             env_file=f"{node_dir}/{SECRETS_ENV}" if secrets else None,
-            volumes=container_volumes(spec, target),
+            volumes=container_volumes(spec, target, job_dir),
         )
     care = checkpoint_care(spec, job_dir, sync, job_id, node_env(node)) if first_on_host else None
     if care and sync and sync.env:

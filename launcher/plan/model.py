@@ -84,6 +84,16 @@ class Target:
     host_gpus: int = 0
     raise_memlock: bool = True  # False where the host cannot lift RLIMIT_MEMLOCK (no CAP)
     image_present: bool = False  # every host has the image (its facts said): no pull step
+    sandbox: bool = False
+    """The user's own machine: the job writes only inside its folder. Its HOME is the job's
+    `home/` (where `~/...` file_mounts land), an absolute destination is refused (bare) or
+    mounted from the job's folder (container), and `image: host` runs in a venv of the job's
+    own made from the host's `python` (plan/sandbox.py)."""
+    hidden_path: tuple[str, ...] = ()
+    """PATH entries no process of the job sees: the bin of the venv gpujob runs from."""
+    shared_cache: str = ""
+    """XDG_CACHE_HOME of sandboxed jobs (pip's, Hugging Face's, torch's caches), under
+    gpujob's own cache dir, so each job does not download them again."""
 
     @property
     def distinct_hosts(self) -> list[str]:
