@@ -118,7 +118,8 @@ def venv_step(target: Target, job_dir: str) -> RunCommand:
             '    chmod 755 "$env/bin/$name"',
             "  done",
             "else",
-            '  "$env/bin/python" -m ensurepip --default-pip >&2',
+            '  "$env/bin/python" -m ensurepip --default-pip >&2 ||',
+            f'    echo "[gpujob] the job\'s venv has no pip: no pip nor ensurepip in" {python} >&2',
             "fi",
             'touch "$env/.gpujob-ready"',
         ]

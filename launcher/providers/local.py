@@ -52,6 +52,7 @@ def local_target(
         image_ref=ref if docker else None,
         image_present=bool(facts and ref in facts.images),
         host_gpus=facts.gpus if facts else 0,
+        raise_memlock=facts.memlock_unlimited if facts else True,
         sandbox=True,
         hidden_path=hidden,
         shared_cache=str(cache_dir() / "job-cache"),

@@ -263,7 +263,8 @@ def test_a_container_image_runs_in_docker_here(
         "  cat /etc/gpujob-e2e.txt ~/.ssh/id_rsa\n"
     )
     before = tree_sums(home)
-    done = submit(task, env_for(tmp_path, home), "sky.yaml", "--job-id", "box",
+    job_id = f"box-{os.getpid()}"  # a container name is the machine's: one per run
+    done = submit(task, env_for(tmp_path, home), "sky.yaml", "--job-id", job_id,
                   "--runtime", "docker")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "(docker runtime)" in done.stdout and "in a container\n" in done.stdout
@@ -271,7 +272,7 @@ def test_a_container_image_runs_in_docker_here(
     assert f"mounted in the container\n{SKY_KEY}" in done.stdout
     assert not Path("/etc/gpujob-e2e.txt").exists()
     assert tree_sums(home) == before
-    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=gpujob.job=box"],
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=gpujob.job={job_id}"],
                           capture_output=True, text=True)  # fmt: skip
     assert left.stdout.strip() == ""  # the agent removed its container
 
