@@ -9,8 +9,9 @@ writes over the user's files or into the environment gpujob runs from.
 - An absolute destination outside the job is refused under the bare runtime; in a container
   it is placed under the job's `container-root/` and mounted at its path there.
 - `image: host` runs in a venv of the job's own, made from the host's `python3` (never the
-  venv gpujob runs from) with `--system-site-packages`: what the host has installed (torch on
-  a GPU machine) is there, and a `pip install` in `setup:` goes into the job's venv, as
+  venv gpujob runs from) with `--system-site-packages`, and that python3's own site dirs
+  added (a .pth: a venv's packages too): what the host has installed (torch on a GPU
+  machine) is there, read-only, and a `pip install` in `setup:` goes into the job's venv, as
   SkyPilot users expect of a fresh host. It is made without pip when the host's Python has
   pip (its own is then run: 30 ms, where ensurepip takes 2 s), with ensurepip otherwise.
 - The bin of the venv gpujob runs from leaves the job's PATH, and VIRTUAL_ENV names the job's.
@@ -29,6 +30,13 @@ CONTAINER_ROOT = "container-root"
 # then the shared cache, if any (made here: Docker would make a missing one as root).
 MAKE_HOME = 'mkdir -p "$@" && ln -sfn ../workdir "$1/sky_workdir"'
 PIP_SCRIPT = "import sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
+# Run by the host's python3: a .pth line per site dir of its own (a venv's too, which
+# --system-site-packages alone would not show), added after the job's venv's own.
+HOST_SITES = (
+    "import site\n"
+    'print("".join(f"import site; site.addsitedir({p!r})\\n" for p in site.getsitepackages()))'
+)
+PURELIB = 'import sysconfig; print(sysconfig.get_path("purelib"))'
 
 
 def job_home(job_dir: str) -> str:
@@ -111,6 +119,8 @@ def venv_step(target: Target, job_dir: str) -> RunCommand:
             'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
             'rm -rf "$env"',
             f'{python} -m venv --without-pip --system-site-packages "$env" >&2',
+            f'site=$("$env/bin/python" -c {shlex.quote(PURELIB)})',
+            f'{python} -c {shlex.quote(HOST_SITES)} >"$site/gpujob-host-python.pth"',
             'if "$env/bin/python" -c "import pip" 2>/dev/null; then',
             "  for name in pip pip3; do",
             f"    printf '#!%s\\n%s' \"$env/bin/python\" {shlex.quote(PIP_SCRIPT)} "
