@@ -8,12 +8,14 @@ writes over the user's files or into the environment gpujob runs from.
   folder under gpujob's cache dir shared by local jobs, so each job does not download again.
 - An absolute destination outside the job is refused under the bare runtime; in a container
   it is placed under the job's `container-root/` and mounted at its path there.
-- `image: host` runs in a venv of the job's own, made from the host's `python3` (never the
-  venv gpujob runs from) with `--system-site-packages`, and that python3's own site dirs
-  added (a .pth: a venv's packages too): what the host has installed (torch on a GPU
-  machine) is there, read-only, and a `pip install` in `setup:` goes into the job's venv, as
-  SkyPilot users expect of a fresh host. It is made without pip when the host's Python has
-  pip (its own is then run: 30 ms, where ensurepip takes 2 s), with ensurepip otherwise.
+- `image: host` runs in a venv of the job's own, made from `python3` as the user's PATH finds
+  it, with `--system-site-packages` and that python3's own site dirs added (a .pth: a venv's
+  packages too, torch in /opt/torch/.venv on a GPU machine): what the user's python3 has is
+  there, read-only, and a `pip install` in `setup:` goes into the job's venv, as SkyPilot
+  users expect of a fresh host. When that python3 is the venv gpujob runs from (activated),
+  the job reads its packages and never changes them (pip leaves what lies outside the
+  environment it installs into). The venv is made without pip when the host's Python has pip
+  (its own is then run: 30 ms, where ensurepip takes 2 s), with ensurepip otherwise.
 - The bin of the venv gpujob runs from leaves the job's PATH, and VIRTUAL_ENV names the job's.
 """
 

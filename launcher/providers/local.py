@@ -45,7 +45,7 @@ def local_target(
         hosts=(HOST,) * spec.nodes,
         addresses=(LOOPBACK,) * spec.nodes,
         job_root=str(state_dir() / "jobs"),
-        python="python3" if docker else sys.executable if image else host_python3(hidden),
+        python="python3" if docker else sys.executable if image else host_python3(),
         agent_python=sys.executable,
         env_root=str(envs_dir()),
         gpus_per_node=spec.resources.gpus_per_node,

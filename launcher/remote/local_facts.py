@@ -1,6 +1,6 @@
 """What a job on this machine needs to know of it beyond `host_facts`: the venv gpujob runs
-from (never the job's environment) and the host's own `python3` outside it, which a job of
-`image: host` gets a venv of its own from (plan/sandbox.py).
+from (whose bin leaves the job's PATH) and the host's `python3`, which a job of `image: host`
+gets a venv of its own from (plan/sandbox.py).
 """
 
 from __future__ import annotations
@@ -17,12 +17,8 @@ def own_venv_bin() -> tuple[str, ...]:
     return (os.path.join(sys.prefix, "bin"),)
 
 
-def host_python3(hidden: tuple[str, ...]) -> str:
-    """`python3` as the user's PATH finds it once gpujob's venv is off it (what a login on a
-    host would run); the Python gpujob's venv was made from where PATH has none."""
-    path = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                           if d and d not in hidden)  # fmt: skip
-    found = shutil.which("python3", path=path)
-    if found:
-        return found
-    return getattr(sys, "_base_executable", "") or os.path.join(sys.base_prefix, "bin", "python3")
+def host_python3() -> str:
+    """`python3` as the user's PATH finds it (what they would run themselves; the venv gpujob
+    runs from when they put it first there): the job's venv reads its packages, never writes
+    them. The Python gpujob runs on where PATH has none."""
+    return shutil.which("python3") or sys.executable

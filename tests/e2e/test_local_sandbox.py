@@ -164,25 +164,26 @@ def test_an_absolute_destination_is_one_line_naming_its_file_and_line(
     assert not (tmp_path / "state" / "jobs").exists()  # nothing started
 
 
-def probe_wheel(folder: Path) -> Path:
+def probe_wheel(folder: Path, version: str) -> Path:
     """A one-module wheel made here (no index, no build backend needed)."""
+    info = f"gj_probe-{version}.dist-info"
     files = {
-        "gj_probe/__init__.py": b"NAME = 'gj_probe 1.0'\n",
-        "gj_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gj-probe\nVersion: 1.0\n",
-        "gj_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
-        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+        "gj_probe/__init__.py": f"NAME = 'gj_probe {version}'\n".encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: gj-probe\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
     }
 
     def digest(data: bytes) -> str:
         return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
     record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
-    record += "gj_probe-1.0.dist-info/RECORD,,\n"
-    path = folder / "gj_probe-1.0-py3-none-any.whl"
+    record += f"{info}/RECORD,,\n"
+    path = folder / f"gj_probe-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as wheel:
         for name, data in files.items():
             wheel.writestr(name, data)
-        wheel.writestr("gj_probe-1.0.dist-info/RECORD", record)
+        wheel.writestr(f"{info}/RECORD", record)
     return path
 
 
@@ -202,10 +203,15 @@ def gpujob_venv(folder: Path) -> Path:
 
 
 def test_setups_pip_install_goes_into_the_jobs_venv_not_gpujobs(tmp_path: Path, home: Path) -> None:
+    """The issue's case: gpujob's venv activated (first on PATH), with a package the task's
+    setup upgrades (torch there, gj_probe here). The job reads gpujob's venv, installs into
+    its own, and gpujob's venv keeps every byte (and the old version)."""
     venv = gpujob_venv(tmp_path)
+    old = probe_wheel(tmp_path, "0.9")
+    subprocess.run([f"{venv}/bin/pip", "install", "--no-index", "--quiet", str(old)], check=True)
     task = tmp_path / "task"
     task.mkdir()
-    wheel = probe_wheel(task)
+    wheel = probe_wheel(task, "1.0")
     (task / "sky.yaml").write_text(
         f"workdir: .\nsetup: |\n  pip install --no-index ./{wheel.name}\n"
         "run: |\n  python -c 'import gj_probe, sys; print(gj_probe.NAME, gj_probe.__file__)'\n"
@@ -225,9 +231,11 @@ def test_setups_pip_install_goes_into_the_jobs_venv_not_gpujobs(tmp_path: Path, 
     path_line = next(line for line in done.stdout.splitlines() if "PATH: " in line)
     assert f"{venv}/bin" not in path_line.split("PATH: ", 1)[1].split(":")
     assert manifest(venv) == before  # the venv gpujob runs from: not one byte changed
-    for python in (venv / "bin" / "python", Path(sys.executable)):
-        found = subprocess.run([str(python), "-c", "import gj_probe"], capture_output=True)
-        assert found.returncode == 1  # nor in the shared dev venv
+    kept = subprocess.run([f"{venv}/bin/python", "-c", "import gj_probe; print(gj_probe.NAME)"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert kept.stdout == "gj_probe 0.9\n"
+    found = subprocess.run([sys.executable, "-c", "import gj_probe"], capture_output=True)
+    assert found.returncode == 1  # nor in the shared dev venv
 
 
 LAB_BASE = "gpujob-lab/base:bookworm"

@@ -123,11 +123,11 @@ def test_cancel_reaches_the_program_under_a_shell_block_and_launcher_none(
 def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_behind(
     tmp_path: Path,
 ) -> None:
-    """A real Ray cluster (Ray from the dev extras, in the host's python3: `host_python`):
+    """A real Ray cluster (Ray from the dev extras; `image: host` runs this venv's python3):
     node 0 starts the head, node 1 joins, the driver pins a task to each node; afterwards no
     Ray process is left on the machine (`ray stop` on every node; no other test runs Ray)."""
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
-               PATH=f"{host_python(tmp_path)}:{os.environ['PATH']}")  # fmt: skip
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
     argv = [GPUJOB, "submit", "jobs/ray.yaml", "--job-id", "ray-e2e"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
                           check=False)  # fmt: skip
@@ -138,18 +138,6 @@ def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_
     assert "[node 0] task on node 1: ran at" in done.stdout
     left = _ray_left()
     assert left == [], f"Ray processes left: {left}"
-
-
-def host_python(folder: Path) -> Path:
-    """A bin holding the python3 a user with Ray has: a venv of the test's own that sees the
-    dev extras (Ray among them). `image: host` runs in the job's own venv, which sees that
-    python3's packages; never the venv gpujob runs from, which leaves the job's PATH."""
-    host = folder / "host-python"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(host)], check=True)
-    site = next((host / "lib").glob("python3*/site-packages"))
-    dev = next((Path(sys.prefix) / "lib").glob("python3*/site-packages"))
-    (site / "dev-extras.pth").write_text(f"import site; site.addsitedir({str(dev)!r})\n")
-    return host / "bin"
 
 
 def _ray_left(port: int | None = None, settle_s: float = 20.0) -> list[str]:
@@ -207,7 +195,7 @@ def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(tmp_path: 
                     f"run:\n  entrypoint: driver.py\n  launcher: ray\n"
                     f"  ray_port: {port}\n")  # fmt: skip
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
-               PATH=f"{host_python(tmp_path)}:{os.environ['PATH']}")  # fmt: skip
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
     argv = [GPUJOB, "submit", str(spec), "--detach", "--job-id", "ray-join"]
     started = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
                              cwd=REPO, check=False)  # fmt: skip
