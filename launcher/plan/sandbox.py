@@ -54,6 +54,22 @@ def uses_job_venv(target: Target, has_image: bool) -> bool:
     return target.sandbox and target.runtime == "bare" and not has_image
 
 
+def runs_in_docker(definition: bool, ref: str | None, runtime: str, where: str) -> bool:
+    """A container image name (`ref` without a definition) always runs in Docker here, never
+    on this machine's Python; a definition only with `--runtime docker` (its pinned venv
+    otherwise, as `make run` does). `where`: the file:line of `image:`."""
+    if not definition and ref is not None:
+        if runtime == "bare":
+            raise UsageError(f"{where}: image: {ref} is a container image; --runtime bare would "
+                             "run this machine's Python instead",
+                             "leave --runtime out, or use `image: host`")  # fmt: skip
+        return True
+    if runtime == "docker" and ref is None:
+        raise UsageError("--runtime docker needs an image: give `image:` a full image name, "
+                         "or set GPUJOB_REGISTRY for an image definition")  # fmt: skip
+    return runtime == "docker"
+
+
 def placed_at(dst: str, job_dir: str, in_container: bool, where: str) -> str:
     """Where a file_mounts destination is put on this machine, inside the job's folder; an
     absolute one outside it under the bare runtime is refused in one line (`where`: the

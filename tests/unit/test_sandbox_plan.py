@@ -14,7 +14,7 @@ from planning import exports, plan_of, run_sh, spec_of, target
 from launcher.errors import UsageError
 from launcher.plan.build import Sources, build_plan
 from launcher.plan.model import RunCommand, Target
-from launcher.plan.sandbox import placed_at
+from launcher.plan.sandbox import placed_at, runs_in_docker
 
 JOB = "/state/jobs/j"
 
@@ -105,3 +105,36 @@ def test_the_venv_gpujob_runs_from_leaves_the_jobs_path(tmp_path: Path) -> None:
     shown = subprocess.run(["bash", "-c", block], env={"PATH": path, "VIRTUAL_ENV": "/gj/venv"},
                            capture_output=True, text=True, check=True)  # fmt: skip
     assert shown.stdout == "/usr/bin:/gj/venv/bin2:/bin unset"
+
+
+@pytest.mark.parametrize(
+    ("definition", "ref", "runtime", "docker"),
+    [
+        (False, "python:3.11-slim", "auto", True),  # a container image: always Docker here
+        (False, "python:3.11-slim", "docker", True),
+        (False, None, "auto", False),  # image: host
+        (True, None, "auto", False),  # a definition: its pinned venv
+        (True, "reg/gpujob/job:lab-cpu", "auto", False),
+        (True, "reg/gpujob/job:lab-cpu", "docker", True),
+    ],
+)
+def test_where_a_local_image_runs(
+    definition: bool, ref: str | None, runtime: str, docker: bool
+) -> None:
+    assert runs_in_docker(definition, ref, runtime, "t.yaml:2") is docker
+
+
+@pytest.mark.parametrize(
+    ("ref", "runtime", "said"),
+    [
+        ("python:3.11-slim", "bare", "t.yaml:2: image: python:3.11-slim is a container image; "
+         "--runtime bare would run this machine's Python instead"),
+        (None, "docker", "--runtime docker needs an image"),
+    ],
+)  # fmt: skip
+def test_a_runtime_that_cannot_run_the_image_is_refused(
+    ref: str | None, runtime: str, said: str
+) -> None:
+    with pytest.raises(UsageError) as refused:
+        runs_in_docker(False, ref, runtime, "t.yaml:2")
+    assert refused.value.one_line().startswith(said)
