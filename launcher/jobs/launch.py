@@ -69,7 +69,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         events = ", ".join(policy.on)
         say(f"dry run: once the job runs, a recovery controller would follow it (up to "
             f"{policy.max_restarts} restart(s) on {events})")  # fmt: skip
-    if not loaded.workdir.is_dir():
+    if loaded.workdir is not None and not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
     try:
@@ -83,12 +83,13 @@ def prepare(request: LaunchRequest) -> JobInput:
             "leave out --job-id to get a new one",
         )
     sources = Sources(
-        workdir=str(loaded.workdir),
+        workdir=str(loaded.workdir or ""),
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
         agent_modules=AGENT_MODULES,
         user=user_name(),
+        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)
 

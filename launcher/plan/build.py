@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from launcher.agent import AGENT_FILE, agent_argv
@@ -52,6 +52,7 @@ from launcher.plan.node_files import (
     start_input,
 )
 from launcher.plan.reach import check_rendezvous, reach_checks
+from launcher.plan.sandbox import home_step, job_venv, uses_job_venv, venv_step
 from launcher.plan.setup_barrier import barrier_file
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
@@ -68,8 +69,8 @@ COPY_WORKDIR = 'mkdir -p "$1" "$2" && cp -a "$1/." "$2/"'
 
 @dataclass(frozen=True)
 class Sources:
-    """What comes from this machine: the workdir and the agent's own source (shipped), and
-    who submits (SKYPILOT_USER on every node)."""
+    """What comes from this machine: the workdir ("": nothing to ship) and the agent's own
+    source (shipped), and who submits (SKYPILOT_USER on every node)."""
 
     workdir: str
     agent: str
@@ -78,6 +79,8 @@ class Sources:
     excludes: tuple[str, ...] = ()
     agent_modules: tuple[str, ...] = ()
     user: str = ""
+    mounts_where: dict[str, str] = field(default_factory=dict)
+    """The file:line of each file_mounts destination, for a refusal that names it."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def build_plan(
         raise UsageError(f"the job needs {spec.nodes} nodes but {len(target.hosts)} were given")
     check_rendezvous(spec, target)
     job_dir = str(PurePosixPath(target.job_root) / job_id)
-    python = _job_python(target, image)
+    python = _job_python(target, image, job_dir)
     ips = node_ips(target, spec.nodes)  # one string, shared by every host's copy
     derived = _derived_values(spec, job_id, job_dir)
     if resume_from:
@@ -160,7 +163,9 @@ def build_plan(
     )
 
 
-def _job_python(target: NodeLayout, image: ImageDefinition | None) -> str:
+def _job_python(target: NodeLayout, image: ImageDefinition | None, job_dir: str) -> str:
+    if uses_job_venv(target, image is not None):
+        return f"{job_venv(job_dir)}/bin/python"
     if image is None or target.runtime == "docker":
         return target.python
     return str(PurePosixPath(_env_dir(target, image)) / "bin" / "python")
@@ -220,9 +225,12 @@ def _node_plan(
     steps: list[Step] = []
     prepare: list[Step] = []  # after the files, which then go in one round trip
     if first_on_host:
-        ships, places = mount_steps(job_dir, spec, lasting_copies(spec, target, workdir_copy))
+        lasting = lasting_copies(spec, target, workdir_copy)
+        ships, places = mount_steps(job_dir, spec, target, lasting, sources.mounts_where)
         steps.extend(ships)  # every folder's listing before the batch's first command
         steps.extend(_workdir_steps(target, sources, f"{job_dir}/workdir"))
+        if target.sandbox:  # the job's own HOME, before a `~/...` mount is put there
+            steps.append(home_step(target, job_dir))
         steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it
         steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         steps.append(WriteFile(path=f"{job_dir}/{NODE_IPS_FILE}", content=ips))
@@ -234,6 +242,8 @@ def _node_plan(
         if target.runtime == "docker":
             if not target.image_present:
                 prepare.append(docker.pull_step(target))
+        elif uses_job_venv(target, image is not None):
+            prepare.append(venv_step(target, job_dir))
         elif image is not None:
             requirements = f"{job_dir}/requirements.txt"
             steps.append(WriteFile(path=requirements, content="\n".join(image.pins) + "\n"))
@@ -267,7 +277,7 @@ def _node_plan(
             shm_gb=spec.resources.shm_gb,
             grace_s=GRACE_S,
             secret_names=sorted(secrets),
-            volumes=container_volumes(spec, target),
+            volumes=container_volumes(spec, target, job_dir),
         )
     care = None
     if first_on_host:
@@ -308,7 +318,11 @@ def _agent(target: NodeLayout, node_dir: str, command: str, *args: str) -> tuple
 
 def _workdir_steps(target: NodeLayout, sources: Sources, path: str) -> list[Step]:
     """Locally, the workdir goes straight into the job's folder. On a remote host it updates
-    that host's lasting copy (only changed files move), which is then copied on the host."""
+    that host's lasting copy (only changed files move), which is then copied on the host.
+    No workdir (`workdir: null`, a SkyPilot task without one): an empty folder, as SkyPilot
+    ships nothing then."""
+    if not sources.workdir:
+        return [RunCommand(argv=("mkdir", "-p", path), why="make the job's (empty) workdir")]
     excludes = DEFAULT_EXCLUDES + sources.excludes
     if target.on_this_machine:
         return [SyncDir(source=sources.workdir, path=path, excludes=excludes)]

@@ -5,15 +5,17 @@ what changed moving), then copied into place on the host by a command the dry ru
 SkyPilot's order (skypilot-task.md §5.2): after the workdir, so a mount inside the workdir
 overwrites what the workdir put there. A relative destination is inside the job's workdir
 (SkyPilot's `~/sky_workdir`); `~/...` is the home of the host's user, expanded there. In a
-container each destination outside the workdir is mounted at the same path.
+container each destination outside the workdir is mounted at the same path. On this machine
+every destination lies inside the job's folder (plan/sandbox.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from launcher.errors import UsageError
 from launcher.plan.model import CopyFile, NodeLayout, RunCommand, Step, SyncDir
+from launcher.plan.sandbox import placed_at, sandbox_volumes
 from launcher.spec.job import JobSpec
 
 # $1 the shipped copy, $2 the destination (`~` expanded by the host's shell): a folder's
@@ -30,22 +32,31 @@ fi"""
 HOME_SUFFIX = "/.gpujob/jobs"
 
 
-def on_host(dst: str, job_dir: str) -> str:
-    """The destination as the host names it (`~/...` left for its shell)."""
+def on_host(dst: str, job_dir: str, target: NodeLayout, where: str) -> str:
+    """The destination as the host names it (`~/...` left for its shell); on this machine,
+    inside the job's folder (plan/sandbox.py), `where` naming the line of a refused one."""
+    if target.sandbox:
+        return placed_at(dst, job_dir, target.runtime == "docker", where)
     if dst.startswith(("/", "~/")):
         return dst
     return f"{job_dir}/workdir/{dst}"
 
 
 def mount_steps(
-    job_dir: str, spec: JobSpec, lasting: dict[str, str]
+    job_dir: str,
+    spec: JobSpec,
+    target: NodeLayout,
+    lasting: dict[str, str],
+    where: Mapping[str, str],
 ) -> tuple[list[Step], list[Step]]:
     """What ships each source, and the commands that put each in place: apart, because a
     node's batch takes every folder's listing before its first command runs (remote/batch.py).
-    `lasting`: the host's lasting copy of each local folder (remote hosts only)."""
+    `lasting`: the host's lasting copy of each local folder (remote hosts only); `where`: the
+    file:line of each destination."""
     ships: list[Step] = []
     places: list[Step] = []
     for index, (dst, src) in enumerate(sorted(spec.file_mounts.items())):
+        placed = on_host(dst, job_dir, target, where.get(dst, "the job spec"))
         shipped = lasting.get(src) or f"{job_dir}/mounts/{index}"
         if not src.endswith("/"):
             ships.append(CopyFile(source=src, path=shipped, mode=spec.file_mount_mode(dst)))
@@ -53,7 +64,7 @@ def mount_steps(
             ships.append(SyncDir(source=src.rstrip("/"), path=shipped, mirror=src in lasting))
         places.append(
             RunCommand(
-                argv=("sh", "-c", PLACE, "sh", shipped, on_host(dst, job_dir)),
+                argv=("sh", "-c", PLACE, "sh", shipped, placed),
                 why=f"put file_mounts {dst} in place",
                 hint="the host's user must be able to write there: use a path under `~/` or "
                 "one relative to the workdir",
@@ -62,8 +73,11 @@ def mount_steps(
     return ships, places
 
 
-def container_volumes(spec: JobSpec, target: NodeLayout) -> list[str]:
-    """`--volume` values: each destination outside the workdir, at the same path inside."""
+def container_volumes(spec: JobSpec, target: NodeLayout, job_dir: str) -> list[str]:
+    """`--volume` values: each destination outside the workdir, at the same path inside (on
+    this machine from inside the job's folder, its home included)."""
+    if target.sandbox:
+        return sandbox_volumes(sorted(spec.file_mounts), job_dir, target.shared_cache)
     volumes = []
     for dst in sorted(spec.file_mounts):
         if dst.startswith("~/"):

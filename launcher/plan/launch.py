@@ -19,6 +19,7 @@ from launcher.errors import UsageError
 from launcher.plan.merge_step import merge_step
 from launcher.plan.model import NodeLayout
 from launcher.plan.render import render_shell
+from launcher.plan.sandbox import sandbox_env
 from launcher.plan.setup_barrier import barrier_argv
 from launcher.spec.job import CLASHING_ENV, JobSpec
 from launcher.spec.run import ONE_PER_NODE
@@ -86,6 +87,9 @@ def node_env(node: NodeContext) -> dict[str, str]:
         env["SKYPILOT_USER"] = node.user
     env.update(spec.nccl)
     env.update(spec.envs)
+    if node.target.sandbox:  # after the spec's envs: the job stays inside its folder
+        venv = str(PurePosixPath(node.python).parents[1]) if _venv_python(node.python) else None
+        env.update(sandbox_env(node.target, node.job_dir, venv))
     if spec.run.serialize_init:
         env["GPUJOB_INIT_LOCK"] = f"{node.job_dir}/init.lock"
         env["GPUJOB_INIT_IMPORTS"] = ",".join(spec.run.init_imports)
@@ -124,7 +128,8 @@ def run_script(node: NodeContext) -> str:
         nnodes=spec.nodes,
         env=sorted(node_env(node).items()),
         unset=unset_names(spec),
-        path_prefix=python_dir if node.python.endswith("/bin/python") else None,
+        path_prefix=python_dir if _venv_python(node.python) else None,
+        hidden_path=list(node.target.hidden_path),
         memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
         workdir=f"{node.job_dir}/workdir",
         setup=f"{node.node_dir}/setup.sh" if spec.setup else None,
@@ -136,6 +141,11 @@ def run_script(node: NodeContext) -> str:
         command=launch_argv(node),
         ray=ray_context(node) if launcher == "ray" else None,
     )
+
+
+def _venv_python(python: str) -> bool:
+    """The job's Python is a venv's (a job environment), whose bin goes first on PATH."""
+    return python.endswith("/bin/python")
 
 
 def _setup_barrier(node: NodeContext) -> list[list[str]] | None:

@@ -67,8 +67,9 @@ def merge_step(spec: JobSpec, python: str, node_dir: str, rank: int) -> MergeSte
     if merge is None or rank != 0:
         return None
     base = merge.base or ""
-    adapter = on_host(merge.adapter, spec.workdir)
-    into = on_host(merge.into, spec.workdir) if merge.into else f"{adapter}-merged"
+    workdir = spec.workdir or "."  # None: nothing shipped, the job's workdir starts empty
+    adapter = on_host(merge.adapter, workdir)
+    into = on_host(merge.into, workdir) if merge.into else f"{adapter}-merged"
     return MergeStep(
         check=[[python, f"{node_dir}/{CHECK_FILE}", adapter, base]],
         merge=[[python, f"{node_dir}/{MERGE_FILE}", adapter, base, into]],

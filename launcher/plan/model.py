@@ -99,6 +99,16 @@ class NodeLayout:
     image_present: bool = False  # every host has the image (its facts said): no pull step
     on_this_machine: bool = False
     """The nodes are processes of this machine: files go straight into the job's folder."""
+    sandbox: bool = False
+    """The user's own machine: the job writes only inside its folder. Its HOME is the job's
+    `home/` (where `~/...` file_mounts land), an absolute destination is refused (bare) or
+    mounted from the job's folder (container), and `image: host` runs in a venv of the job's
+    own made from the host's `python` (plan/sandbox.py)."""
+    hidden_path: tuple[str, ...] = ()
+    """PATH entries no process of the job sees: the bin of the venv gpujob runs from."""
+    shared_cache: str = ""
+    """XDG_CACHE_HOME of sandboxed jobs (pip's, Hugging Face's, torch's caches), under
+    gpujob's own cache dir, so each job does not download them again."""
 
     @property
     def distinct_hosts(self) -> list[str]:

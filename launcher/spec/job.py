@@ -207,7 +207,11 @@ class JobSpec(StrictModel):
     )
     resources: Resources = Field(default_factory=Resources)
     nodes: int = Field(default=1, ge=1, le=MAX_NODES, description="Machines the job runs on.")
-    workdir: str = Field(default=".", description="Shipped to each node; relative to the spec.")
+    workdir: str | None = Field(
+        default=".",
+        description="Shipped to each node; relative to the spec. `null`: nothing is shipped "
+        "(the job's workdir starts empty), as for a SkyPilot task without `workdir`.",
+    )
     setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
     file_mounts: dict[str, str] = Field(
         default_factory=dict,

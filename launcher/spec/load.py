@@ -36,7 +36,10 @@ class LoadedSpec:
     """Set when the file is a SkyPilot task: its fields as gpujob's, for `--dry-run`."""
 
     @property
-    def workdir(self) -> Path:
+    def workdir(self) -> Path | None:
+        """None: nothing is shipped (`workdir: null`, a SkyPilot task without one)."""
+        if self.spec.workdir is None:
+            return None
         return (self.path.parent / self.spec.workdir).resolve()
 
     def where(self, *loc: str | int) -> str:

@@ -72,7 +72,8 @@ than gpujob's watcher does, so they are refused rather than kept longer and bill
 CLOUDS = {"lambda", "vast", "ssh"}
 DEFAULTS = {
     ("image",): " (the host's Python, as SkyPilot's default image)",
-    ("workdir",): " (the task's folder is shipped; SkyPilot would ship nothing)",
+    ("workdir",): " (nothing is shipped, as SkyPilot ships nothing: the job's workdir starts "
+    "empty)",
 }
 SIZE = re.compile(r"^(?P<n>[0-9]+(\.[0-9]+)?)\s*(?P<unit>GB|GIB|TB|TIB)?\s*(?P<plus>\+)?$", re.I)
 
@@ -121,7 +122,7 @@ def translate(
     reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
     envs = _envs(reader, environ)
     if "workdir" not in data:
-        reader.put(("workdir",), ("workdir",), ".", given=False)
+        reader.put(("workdir",), ("workdir",), None, given=False)
     else:
         if not isinstance(data["workdir"], str):
             raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
@@ -181,6 +182,7 @@ class _Reader:
         where = self.where(*map(str, src)) if given else self.filename
         self.out.origins[dst] = where
         shown = value if not isinstance(value, str) or "\n" not in value else "(shell block)"
+        shown = "null" if value is None else shown
         names = ".".join(map(str, src)) if given else f"(no {'.'.join(map(str, src))})"
         self.out.notes.append(f"{where}: {names} -> {'.'.join(map(str, dst))}: {shown}"
                               + DEFAULTS.get(dst, "") * (not given) + why)  # fmt: skip

@@ -105,7 +105,7 @@ def budget_of(
     workdir, the software still to be put there (of those, the `parts` on this disk)."""
     ckpt = loaded.spec.checkpoints
     kept = (ckpt.keep_last or 1) + 1
-    workdir = folder_bytes(loaded.workdir) if "workdir" in parts else 0
+    workdir = folder_bytes(loaded.workdir) if loaded.workdir and "workdir" in parts else 0
     return Budget(ckpt.estimated_bytes, kept, workdir, environment_bytes, free, where, parts)
 
 

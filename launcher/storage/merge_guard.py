@@ -53,7 +53,7 @@ def _check_base_by_name(loaded: LoadedSpec, adapter: Path) -> None:
 def _inside_the_workdir(loaded: LoadedSpec) -> None:
     """The merge runs on the host from the workdir, so a relative adapter (and its merged
     copy) must lie inside it; an absolute one is a path of the host."""
-    merge, workdir = loaded.spec.merge, loaded.spec.workdir
+    merge, workdir = loaded.spec.merge, loaded.spec.workdir or "."  # None: the job's is empty
     assert merge is not None
     for name, value in (("adapter", merge.adapter), ("into", merge.into)):
         if value is None or Path(value).is_absolute():
@@ -65,7 +65,7 @@ def _inside_the_workdir(loaded: LoadedSpec) -> None:
                 f"give merge.{name} as the absolute path the job writes on the host",
             )
         inside = (loaded.path.parent / value).resolve()
-        if not inside.is_relative_to(loaded.workdir):
+        if not inside.is_relative_to(loaded.workdir or loaded.path.parent.resolve()):
             raise UsageError(
                 f"{loaded.where('merge', name)}: merge.{name}: {value} is outside the workdir "
                 f"{workdir} (both are relative to the spec); the merge runs on the host inside "

@@ -1,4 +1,5 @@
-"""This machine: every node runs here, under the bare runtime.
+"""This machine: every node runs here, under the bare runtime, or in Docker for an `image:`
+that names a container image; inside the job's folder either way.
 
 No cloud account needed: this is what `make run` uses, and on a GPU machine with no Docker
 or sshd it is how the same spec, plan and agent reach the GPUs. The agents' status files
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
-from launcher.paths import envs_dir, state_dir
+from launcher.paths import cache_dir, envs_dir, state_dir
 from launcher.plan.model import NodeLayout
 from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus
@@ -29,24 +30,44 @@ HOST = "local"
 LOOPBACK = "127.0.0.1"
 
 
-def local_target(spec: JobSpec, image: ImageDefinition | None) -> NodeLayout:
+def local_target(
+    spec: JobSpec, image: ImageDefinition | None, runtime: str = "auto", where: str = "image"
+) -> NodeLayout:
+    """The job stays inside its folder (`sandbox`, plan/sandbox.py); an `image:` naming a
+    container image runs in Docker, or is refused (`where`: its file:line), never on this
+    machine's Python instead."""
+    from launcher.plan.placement import image_reference
+    from launcher.plan.sandbox import runs_in_docker
+    from launcher.remote.local_facts import docker_facts, host_python3, own_venv_bin
+
+    ref = image_reference(spec.image, image)
+    docker = runs_in_docker(image is not None, ref, runtime, where)
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if image is not None and image.python != here:
+    if not docker and image is not None and image.python != here:
         raise UsageError(
             f"image {image.name} is for Python {image.python} but this machine runs {here}",
             "use `--set image=host` to run with this machine's own Python environment",
         )
+    hidden = own_venv_bin()
+    facts = docker_facts(str(ref), where) if docker else None
     return NodeLayout(
         provider="local",
-        runtime="bare",
+        runtime="docker" if docker else "bare",
         hosts=(HOST,) * spec.nodes,
         addresses=(LOOPBACK,) * spec.nodes,
         job_root=str(state_dir() / "jobs"),
-        python=sys.executable if image is not None else "python3",
+        python="python3" if docker else sys.executable if image else host_python3(),
         agent_python=sys.executable,
         env_root=str(envs_dir()),
         gpus_per_node=spec.resources.gpus_per_node,
+        image_ref=ref if docker else None,
+        image_present=bool(facts and ref in facts.images),
+        host_gpus=facts.gpus if facts else 0,
+        raise_memlock=facts.memlock_unlimited if facts else True,
         on_this_machine=True,
+        sandbox=True,
+        hidden_path=hidden,
+        shared_cache=str(cache_dir() / "job-cache"),
     )
 
 
@@ -77,7 +98,8 @@ class LocalTarget(HostsTarget):
     ) -> tuple[Placement, ImageDefinition | None]:
         from launcher.targets.placement import Placement
 
-        layout = local_target(job.loaded.spec, job.image)
+        spec, loaded = job.loaded.spec, job.loaded
+        layout = local_target(spec, job.image, request.runtime, loaded.where("image"))
         return Placement(layout, dict(local_connections()), list(layout.hosts)), job.image
 
     def connection(self, host_record: str, opened: dict[str, Connection]) -> tuple[str, Connection]:

@@ -1,6 +1,6 @@
 """SkyPilot's `file_mounts` of local paths, through the real CLI on two loopback nodes: a
-folder put at an absolute path and a file put inside the workdir, both read by the task's
-`run:` block on every node; a second submit after a local change brings the change."""
+folder put in the home (the job's own here) and a file put inside the workdir, both read by
+the task's `run:` block on every node; a second submit after a local change brings it."""
 
 from __future__ import annotations
 
@@ -30,11 +30,10 @@ def test_a_tasks_local_file_mounts_are_read_by_its_run_block_on_every_node(
     (tmp_path / "data" / "sub").mkdir(parents=True)
     (tmp_path / "data" / "sub" / "a.txt").write_text("shard a\n")
     (tmp_path / "cfg.yaml").write_text("lr: 0.1\n")
-    placed = tmp_path / "on-host" / "data"
     (tmp_path / "task" / "task.yaml").write_text(
-        f"num_nodes: 2\nenvs:\n  PLACED: {placed}\nfile_mounts:\n"
-        "  $PLACED: ../data\n  conf/cfg.yaml: ../cfg.yaml\n"
-        'run: |\n  echo "$SKYPILOT_NODE_RANK: $(cat "$PLACED/sub/a.txt") $(cat conf/cfg.yaml)"\n'
+        "num_nodes: 2\nenvs:\n  PLACED: on-host/data\nfile_mounts:\n"
+        "  ~/$PLACED: ../data\n  conf/cfg.yaml: ../cfg.yaml\n"
+        'run: |\n  echo "$SKYPILOT_NODE_RANK: $(cat ~/"$PLACED/sub/a.txt") $(cat conf/cfg.yaml)"\n'
     )
     done = submit(tmp_path, "mounts-1")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

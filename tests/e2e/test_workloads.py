@@ -60,7 +60,7 @@ def test_launcher_none_runs_the_program_once_per_node_with_the_node_variables(
 
 
 def test_a_skypilot_task_file_runs_as_it_is_on_two_nodes(tmp_path: Path) -> None:
-    (tmp_path / "task").mkdir()  # its folder is the workdir shipped: not the state dir's
+    (tmp_path / "task").mkdir()  # a task without workdir: nothing of its folder is shipped
     task = tmp_path / "task" / "task.yaml"
     task.write_text(
         "name: hello-sky\nnum_nodes: 2\nresources:\n  cpus: 1+\nenvs:\n  GREETING: hi\n"

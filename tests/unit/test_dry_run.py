@@ -56,6 +56,8 @@ def fixed_dirs(gpujob: Callable, monkeypatch: pytest.MonkeyPatch) -> Callable:
     monkeypatch.setenv("LOGNAME", "golden")  # SKYPILOT_USER on every node
     monkeypatch.chdir(REPO)
     monkeypatch.setattr("launcher.targets.local.sys", PythonRunning(quickstart_python()))
+    # the venv gpujob runs from, which leaves the job's PATH: the same on every machine
+    monkeypatch.setattr("launcher.remote.local_facts.own_venv_bin", lambda: ("/gpujob-venv/bin",))
     return gpujob
 
 

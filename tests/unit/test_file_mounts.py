@@ -24,9 +24,9 @@ TWO_HOSTS = target(2, hosts=("gpu-a", "gpu-b"), addresses=("10.0.0.1", "10.0.0.2
                    job_root="/home/u/.gpujob/jobs")  # fmt: skip
 
 
-def dry_run(task: Path) -> subprocess.CompletedProcess:
+def dry_run(task: Path, *more: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GPUJOB_STATE_DIR": str(task.parent / "state")}
-    return subprocess.run([GPUJOB, "submit", str(task), "--dry-run"], capture_output=True,
+    return subprocess.run([GPUJOB, "submit", str(task), "--dry-run", *more], capture_output=True,
                           text=True, timeout=60, cwd=task.parent, env=env)  # fmt: skip
 
 
@@ -62,7 +62,26 @@ def test_local_sources_are_read_as_skypilot_reads_them(
 
 
 def test_the_dry_run_shows_each_mount_on_its_line_and_how_it_is_shipped(here: Path) -> None:
-    result = dry_run(task(here, "  /data/in: ./$DATA\n  conf/cfg.yaml: cfg.yaml\n"))
+    """On this machine every destination lies inside the job's folder: `~/...` in the job's
+    own home (plan/sandbox.py)."""
+    result = dry_run(task(here, "  ~/data/in: ./$DATA\n  conf/cfg.yaml: cfg.yaml\n"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"task.yaml:4: file_mounts.~/data/in -> file_mounts.~/data/in: {here}/data "
+        "(./$DATA read from the current folder; shipped to every node)"
+    ) in result.stderr
+    assert (f"task.yaml:5: file_mounts.conf/cfg.yaml -> file_mounts.conf/cfg.yaml: "
+            f"{here}/cfg.yaml (cfg.yaml read from the current folder; shipped to every node, "
+            "under the job's workdir (SkyPilot's ~/sky_workdir))") in result.stderr  # fmt: skip
+    job_dir = next(line.split()[-1] for line in result.stdout.splitlines() if "job dir" in line)
+    assert f"  sync  {here}/data/ -> {job_dir}/mounts/1/ (changed files only;" in result.stdout
+    assert f"  copy  {here}/cfg.yaml -> {job_dir}/mounts/0 (mode 0644)" in result.stdout
+    assert f"sh {job_dir}/mounts/1 {job_dir}/home/data/in\n" in result.stdout
+    assert f"sh {job_dir}/mounts/0 {job_dir}/workdir/conf/cfg.yaml\n" in result.stdout
+
+
+def test_an_absolute_destination_says_who_writes_it_on_a_host(here: Path) -> None:
+    result = dry_run(task(here, "  /data/in: ./$DATA\n"), "--on", "u@192.0.2.7")
     assert result.returncode == 0, result.stderr
     assert (
         f"task.yaml:4: file_mounts./data/in -> file_mounts./data/in: {here}/data "
@@ -70,14 +89,7 @@ def test_the_dry_run_shows_each_mount_on_its_line_and_how_it_is_shipped(here: Pa
         "login user without sudo (SkyPilot uses sudo): that user must be able to create it, or "
         "use a path under ~/)"
     ) in result.stderr
-    assert (f"task.yaml:5: file_mounts.conf/cfg.yaml -> file_mounts.conf/cfg.yaml: "
-            f"{here}/cfg.yaml (cfg.yaml read from the current folder; shipped to every node, "
-            "under the job's workdir (SkyPilot's ~/sky_workdir))") in result.stderr  # fmt: skip
-    job_dir = next(line.split()[-1] for line in result.stdout.splitlines() if "job dir" in line)
-    assert f"  sync  {here}/data/ -> {job_dir}/mounts/0/ (changed files only;" in result.stdout
-    assert f"  copy  {here}/cfg.yaml -> {job_dir}/mounts/1 (mode 0644)" in result.stdout
-    assert f"sh {job_dir}/mounts/0 /data/in\n" in result.stdout
-    assert f"sh {job_dir}/mounts/1 {job_dir}/workdir/conf/cfg.yaml\n" in result.stdout
+    assert "/.gpujob/workdirs/data-" in result.stdout and " /data/in\n" in result.stdout
 
 
 @pytest.mark.parametrize(

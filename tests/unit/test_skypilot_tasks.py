@@ -158,3 +158,18 @@ def test_a_tasks_workdir_is_read_from_the_current_folder_with_its_envs(
     shown = dry_run(path)  # from the task's own folder: no such workdir there
     assert shown.returncode == 2
     assert f"{path}:3: workdir: {path.parent}/proj/$SUB/code is not a folder" in shown.stderr
+
+
+def test_a_task_without_workdir_ships_nothing(tmp_path: Path) -> None:
+    """SkyPilot ships nothing then: the folder the task sits in (a home, with its ~/.ssh)
+    never leaves this machine; the job's workdir is an empty folder made on the host."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa").write_text("key\n")
+    path = task(tmp_path, RUN)
+    assert load_job_spec(path).workdir is None
+    done = dry_run(path)
+    assert done.returncode == 0, done.stderr
+    assert f"{path}: (no workdir) -> workdir: null (nothing is shipped" in done.stderr
+    assert "  sync  " not in done.stdout and str(tmp_path / ".ssh") not in done.stdout
+    job_dir = next(line.split()[-1] for line in done.stdout.splitlines() if "job dir" in line)
+    assert f"mkdir -p {job_dir}/workdir\n" in done.stdout
