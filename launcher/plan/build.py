@@ -287,10 +287,10 @@ def _node_plan(
         )
     )
     on_failure = None
-    if rank < spec.nodes - 1:  # a later node may fail to start after this one started
+    if spec.nodes > 1:  # any node's start may fail or be cut off unanswered, the last's too
         on_failure = RunCommand(
             argv=_agent(target, node_dir, "cancel", str(CANCEL_GRACE_S)),
-            why=f"stop node {rank}: a later node failed to start",
+            why=f"stop node {rank}: a node failed to start",
         )
     return NodePlan(rank=rank, host=target.hosts[rank], job_dir=job_dir, node_dir=node_dir,
                     steps=tuple(steps), on_failure=on_failure)  # fmt: skip
