@@ -35,7 +35,15 @@ from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
-from stopping import MARKER, STATUS, cancel, log_line, status_of
+from stopping import (
+    MARKER,
+    STATUS,
+    cancel,
+    log_line,
+    record_never_started,
+    start_missed,
+    status_of,
+)
 
 __all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
@@ -57,7 +65,10 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
 
     given = _given(node_dir)  # read first: the client's write never waits on us
     with node_lock(node_dir):  # a cancel of a node not yet started decides under it too
-        answer = _no_start(read_json(node_dir / STATUS), given)
+        status = read_json(node_dir / STATUS)
+        if not status and start_missed(node_dir, read_json(node_dir / "job.json")):
+            status = record_never_started(node_dir)  # status said so already, or may have
+        answer = _no_start(status, given)
         if answer is None:
             write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
     if answer is not None:
@@ -89,7 +100,7 @@ def _no_start(
     """What a start answers without starting (its status and code), None when it starts."""
     if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
         return status, 0
-    if status.get("never_started"):  # a cancel came first (stopping.py): it stands
+    if status.get("never_started"):  # a cancel came first, or its window passed: it stands
         return status, 1
     if given is None:
         return {"state": "failed", "reason": "the job's secrets were to come on the start's "

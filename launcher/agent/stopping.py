@@ -34,7 +34,7 @@ from agent_os import (
     write_json,
 )
 from runtimes import stop_container, stop_processes, stop_tree
-from states import CANCELLED, LOST, STARTING, TERMINAL
+from states import CANCELLED, FAILED, LOST, STARTING, TERMINAL
 
 STATUS = "status.json"
 MARKER = "GPUJOB_AGENT_NODE"
@@ -42,6 +42,7 @@ MARKER = "GPUJOB_AGENT_NODE"
 found by it wherever they sit (agent_os.marked), one node's apart from another's."""
 START_WAIT_S = 30
 """How long a start may take before a node with no live supervisor counts as lost."""
+NEVER_STARTED_REASON = "never started: its start did not reach the agent in its window"
 DYING_WAIT_S = 5
 """How long processes sent SIGKILL may take to be gone before a cancel says they are not."""
 GONE = "the agent is gone (host rebooted or killed)"
@@ -148,9 +149,12 @@ def status_of(node_dir: Path) -> dict[str, Any]:
     """The node's status; a node whose supervisor is gone reads `lost`, and says so when
     the job's processes still run (a cancel stops them)."""
     status = read_json(node_dir / STATUS)
+    config = read_json(node_dir / "job.json")
+    if not status and start_missed(node_dir, config):
+        with node_lock(node_dir):  # as a start decides: one of them comes first
+            status = read_json(node_dir / STATUS) or record_never_started(node_dir)
     if not status:
         return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
-    config = read_json(node_dir / "job.json")
     if config.get("slurm"):
         return status  # SLURM knows whether the node lives; its supervisor is not here
     state = status.get("state")
@@ -166,6 +170,28 @@ def status_of(node_dir: Path) -> dict[str, Any]:
             reason = (f"the agent is gone; the job's processes still run ({left.what}): "
                       "gpujob cancel stops them")  # fmt: skip
         status.update(state=LOST, reason=reason)
+    return status
+
+
+def start_missed(node_dir: Path, config: dict[str, Any]) -> bool:
+    """The node's start window (job.json's `start_window_s`, from job.json's writing) has
+    passed: a start sent right after job.json that had not come by then never will (the
+    channel was cut before it reached the agent). No window under SLURM, which starts the
+    node when it gets one, nor for a node of several (its start comes once all are ready)."""
+    window = config.get("start_window_s")
+    if not window or config.get("slurm"):
+        return False
+    try:
+        return time.time() - (node_dir / "job.json").stat().st_mtime > window
+    except OSError:
+        return False
+
+
+def record_never_started(node_dir: Path) -> dict[str, Any]:
+    """`failed`, never started, for good: a start that comes later refuses (agent.start)."""
+    status = {"state": FAILED, "never_started": True, "reason": NEVER_STARTED_REASON,
+              "ended_at": time.time()}  # fmt: skip
+    write_json(node_dir / STATUS, status)
     return status
 
 

@@ -57,6 +57,8 @@ from launcher.spec.run import ONE_PER_NODE
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # fullmatch: `$` would let "x\n" pass
 DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
+START_WINDOW_S = 30
+"""A one-node start comes right after job.json in one batch: none by then never will."""
 FIRST_READ_WAIT_S = 1  # how long a followed start waits on the host for the log's first bytes
 CANCEL_GRACE_S = 5  # a started node stopped because another failed to start
 # The job's own copy of the host's workdir copy: a later submit updating that one never
@@ -271,10 +273,13 @@ def _node_plan(
     if storage_file is not None:
         steps.append(storage_file)
     given = None if in_files else start_input(secrets, storage)
+    # One node starts in its preparation's batch, right after job.json, written last: if
+    # its start never reaches the agent, the agent says so once the window has passed
+    window = START_WINDOW_S if spec.nodes == 1 else None
     config = agent_config(spec, target, job_id, rank, secrets, argv, care,
-                          on_stdin=given is not None)  # fmt: skip
-    steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
+                          on_stdin=given is not None, start_window_s=window)  # fmt: skip
     steps.extend(prepare)
+    steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
     reads_log = follow and spec.nodes == 1
     steps.append(
         RunCommand(
