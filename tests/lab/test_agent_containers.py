@@ -87,3 +87,26 @@ def test_an_ended_nodes_exited_container_is_removed_by_the_cancel(
     assert code == 0, said
     assert said["had_ended"] and said["state"] == "failed", said  # its own end stands
     assert docker("inspect", name).returncode != 0
+
+
+def test_a_docker_run_that_fails_to_start_leaves_no_container(
+    tmp_path: Path, lab: None, request: pytest.FixtureRequest
+) -> None:
+    """`docker run` creates the container, then cannot start its program: the node fails
+    and the container, holding the secret in Docker's config, goes with it."""
+    from infra.lab import base_image
+
+    name = f"gpujob-agentcancel-{os.getpid()}-nostart"
+    request.addfinalizer(lambda: docker("rm", "--force", name))
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    argv = ["docker", "run", "--detach", "--name", name, "--network", "none", "--env",
+            "GJ_TOKEN", base_image.TAG, "/no/such/program"]  # fmt: skip
+    config = {"runtime": "docker", "container": name, "argv": argv, "log": "job.log"}
+    (node_dir / "job.json").write_text(json.dumps(config))
+    started = subprocess.run([sys.executable, str(AGENT), "start", str(node_dir)],
+                             env=dict(os.environ, GJ_TOKEN=SECRET), capture_output=True,
+                             text=True, timeout=120, check=False)  # fmt: skip
+    said = json.loads(started.stdout.splitlines()[-1])
+    assert started.returncode == 1 and said["state"] == "failed", said
+    assert docker("inspect", name).returncode != 0
