@@ -110,3 +110,32 @@ def test_a_docker_run_that_fails_to_start_leaves_no_container(
     said = json.loads(started.stdout.splitlines()[-1])
     assert started.returncode == 1 and said["state"] == "failed", said
     assert docker("inspect", name).returncode != 0
+
+
+def test_a_cancel_during_a_long_docker_run_stops_the_container(
+    tmp_path: Path, lab: None, request: pytest.FixtureRequest
+) -> None:
+    """The supervisor lives but its `docker run` has not returned after the cancel's wait
+    (a pull, a slow dockerd): the cancel stops the container by its planned name, and the
+    supervisor, once its start returns, finds the cancel and ends the node cancelled."""
+    from infra.lab import base_image
+
+    name = f"gpujob-agentcancel-{os.getpid()}-slowrun"
+    request.addfinalizer(lambda: docker("rm", "--force", name))
+    node_dir = tmp_path / "node-0"
+    node_dir.mkdir()
+    run = f"docker run --detach --name {name} --network none {base_image.TAG} sleep 600"
+    config = {"runtime": "docker", "container": name, "log": "job.log", "grace_s": 1,
+              "argv": ["sh", "-c", f"{run} && sleep 65"]}  # fmt: skip
+    (node_dir / "job.json").write_text(json.dumps(config))
+    start = subprocess.Popen([sys.executable, str(AGENT), "start", str(node_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    request.addfinalizer(start.wait)
+    deadline = time.monotonic() + 30
+    while docker("inspect", name).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    code, said = agent("cancel", str(node_dir), "1")
+    assert code == 0 and said["state"] == "cancelled", said
+    assert docker("inspect", name).returncode != 0  # stopped, then removed at the end
+    assert "cancel: docker stop" in (node_dir / "job.log").read_text()
