@@ -121,10 +121,15 @@ def marked(marker: str, since: int | None, table: dict[int, Proc]) -> list[int]:
     started at `since` (clock ticks) or later: a job's processes carry the variable the
     supervisor set for its tree wherever they sit, in a session of their own, reparented to
     init once their torchrun is gone. Another user's environ is unreadable and skipped."""
-    want, own, uid = marker.encode(), os.getpid(), os.geteuid()
+    want, uid = marker.encode(), os.geteuid()
+    own, pid = set(), os.getpid()  # this process and its callers: a cancel run from the job
+    while pid in table and pid not in own:
+        own.add(pid)
+        pid = table[pid].ppid
+    own.add(os.getpid())
     found = []
     for proc in table.values():
-        if proc.state == "Z" or proc.pid == own or (uid and proc.uid != uid):
+        if proc.state == "Z" or proc.pid in own or (uid and proc.uid != uid):
             continue
         if since is not None and proc.start < since:
             continue

@@ -78,3 +78,17 @@ def test_a_job_process_is_found_by_its_marker_in_a_session_of_its_own(tmp_path: 
         for proc in (ours, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_cancel_run_from_inside_the_job_does_not_find_itself_or_its_callers(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "from launcher.agent import agent\n"
+        "from agent_os import marked, processes\n"
+        f"print(marked('GPUJOB_AGENT_NODE={tmp_path}', None, processes()))\n"
+    )
+    env = dict(os.environ, GPUJOB_AGENT_NODE=str(tmp_path))
+    done = subprocess.run(["sh", "-c", "\"$0\" -c \"$1\"; :", sys.executable, code],
+                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.strip() == "[]", done
