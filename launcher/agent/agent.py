@@ -158,8 +158,8 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         reason = f"{failed.reason}: {said}" if said else failed.reason
         status.update(state="failed", exit_code=failed.code, ended_at=time.time(),
                       reason=reason)  # fmt: skip
-        write_json(node_dir / STATUS, status)
         job.end()  # a container `docker run` created and could not start holds the secrets
+        write_json(node_dir / STATUS, status)  # after: whoever sees the failure sees it gone
         return failed.code
     status["state"] = "running"
     write_json(node_dir / STATUS, status)
