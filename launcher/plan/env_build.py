@@ -1,0 +1,115 @@
+"""The script that makes a job environment (bare runtime with an image): with uv where the host
+has it, with venv and pip where it has not, from the same pins and the same package sources.
+
+uv reads no pip.conf, so the script translates the host's pip configuration (its files and
+PIP_* variables: index, extra indexes, find-links, constraints, certificate) into uv's
+variables first, and asks pip's own strategy (`unsafe-best-match`: the best version over all
+indexes, not the first index that has the name). A host without uv gets one line saying pip
+is used and how to get uv there. Output goes to stderr, streamed as it comes, so the user
+sees what is installed and how many packages are left.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import PurePosixPath
+
+UV_HOME_PATH = ".local/bin/uv"
+"""Where `gpujob up` puts this machine's uv on a host that has none (as it does rclone)."""
+
+PIP_TO_UV = """import configparser, os, shlex
+home = os.path.expanduser("~")
+xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+files = [os.path.join(d, "pip", "pip.conf") for d in xdg] + ["/etc/pip.conf",
+         os.path.join(home, ".pip", "pip.conf"), os.path.join(home, ".config", "pip", "pip.conf")]
+files += [os.environ["PIP_CONFIG_FILE"]] if os.environ.get("PIP_CONFIG_FILE") else []
+conf = configparser.RawConfigParser()
+conf.read(files)
+def pip(key):
+    env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
+    if env:
+        return env
+    for section in ("install", "global"):
+        if conf.has_option(section, key):
+            return conf.get(section, key)
+    return None
+uv = {"index-url": ("UV_INDEX_URL", " "), "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
+      "find-links": ("UV_FIND_LINKS", ","), "constraint": ("UV_CONSTRAINT", " "),
+      "cert": ("SSL_CERT_FILE", " ")}
+for key, (name, sep) in uv.items():
+    value = pip(key)
+    if value:
+        print("export %s=%s" % (name, shlex.quote(sep.join(value.split()))))
+if (pip("no-index") or "").lower() in ("1", "true", "yes", "on"):
+    print("export UV_NO_INDEX=1")"""
+
+
+HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many
+heartbeat() {
+  local base
+  base=$(ready)
+  ( while sleep 5; do
+      echo "[gpujob] job environment: $(( $(ready) - base )) of $2 packages $1 (${SECONDS} s)" >&2
+    done ) &
+  beat=$!
+  trap 'kill "$beat" 2>/dev/null || true' EXIT
+}"""
+
+
+def env_script(env_dir: str, python: str, requirements: str, packages: int) -> str:
+    """`packages`: how many pins requirements.txt holds, said before the install starts."""
+    env = shlex.quote(env_dir)
+    py = shlex.quote(python)
+    near_python = shlex.quote(str(PurePosixPath(python).parent / "uv"))
+    reqs = shlex.quote(requirements)
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"env={env}",
+            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
+            'mkdir -p "$(dirname "$env")"',
+            'exec 9>"$env.lock"',
+            "flock 9",
+            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
+            'rm -rf "$env"',
+            HEARTBEAT,
+            "uv=",
+            f'for u in "${{GPUJOB_UV:-}}" "$(command -v uv || true)" "$HOME/{UV_HOME_PATH}" '
+            f"{near_python}; do",
+            '  if [ -n "$u" ] && [ -x "$u" ] && "$u" --version >/dev/null 2>&1; then',
+            "    uv=$u; break",
+            "  fi",
+            "done",
+            'if [ -n "$uv" ]; then',
+            f'  echo "[gpujob] creating the job environment $env with uv: {packages} packages '
+            '(first use of these pins)" >&2',
+            f"  eval \"$({py} - <<'PIP_TO_UV'",
+            PIP_TO_UV,
+            "PIP_TO_UV",
+            ')"',
+            "  export UV_INDEX_STRATEGY=unsafe-best-match UV_NO_PROGRESS=1",
+            f'  "$uv" venv --quiet --python {py} "$env" >&2',
+            '  cache=$("$uv" cache dir 2>/dev/null || echo /nonexistent)',
+            '  ready() { { find "$cache/archive-v0" -mindepth 1 -maxdepth 1 -newer "$env.lock" '
+            "2>/dev/null || true; } | wc -l; }",
+            f"  heartbeat unpacked {packages}",
+            f'  "$uv" pip install --python "$env/bin/python" -r {reqs} >&2',
+            "else",
+            "  echo '[gpujob] no uv on this host: making the job environment with pip (slower;"
+            ' "gpujob up --host" copies uv there)\' >&2',
+            f'  echo "[gpujob] creating the job environment $env with pip: {packages} packages '
+            '(first use of these pins)" >&2',
+            f'  {py} -m venv "$env" >&2',
+            "  ready() { { find \"$env\"/lib/python*/site-packages -maxdepth 1 -name '*.dist-info' "
+            "2>/dev/null || true; } | wc -l; }",
+            f"  heartbeat installed {packages}",
+            '  "$env/bin/python" -m pip install --progress-bar off --disable-pip-version-check '
+            f"--no-input -r {reqs} >&2",
+            "fi",
+            'touch "$env/.gpujob-ready"',
+        ]
+    )
+
+
+if __name__ == "__main__":  # the Makefile's venv: `eval "$(python3 launcher/plan/env_build.py)"`
+    exec(PIP_TO_UV)
