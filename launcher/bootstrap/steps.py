@@ -169,10 +169,10 @@ def disk(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     return StepResult("disk", "ok", detail)
 
 
-def _version_of(conn: Connection, tool: str, home_path: str) -> str | None:
-    """`TOOL version` from the PATH or from where gpujob puts a copy, first line."""
+def _version_of(conn: Connection, tool: str, home_path: str, flag: str) -> str | None:
+    """`TOOL FLAG` (its version) from the PATH or from where gpujob puts a copy, first line."""
     script = (f'for r in {tool} "$HOME/{home_path}"; do '
-              'v=$("$r" version 2>/dev/null | head -n 1); '
+              f'v=$("$r" {flag} 2>/dev/null | head -n 1); '
               '[ -n "$v" ] && echo "$v" && exit 0; done; exit 1')  # fmt: skip
     result = _sh(conn, script)
     return result.stdout.strip() if result.ok and result.stdout.strip() else None
@@ -192,12 +192,12 @@ def _copy_ours(conn: Connection, facts: HostFacts, local: str | None, home_path:
 def rclone(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     """Checkpoint transfers run on the host, so rclone must be there. A host with no way to
     the internet gets this machine's rclone (one static binary) when the architectures match."""
-    found.rclone = _version_of(conn, "rclone", RCLONE_HOME_PATH)
+    found.rclone = _version_of(conn, "rclone", RCLONE_HOME_PATH, "version")
     if found.rclone:
         return StepResult("rclone", "ok", found.rclone)
     if not _copy_ours(conn, found.facts, shutil.which("rclone"), RCLONE_HOME_PATH):
         return StepResult("rclone", "failed", "rclone is not installed", INSTALL_RCLONE)
-    found.rclone = _version_of(conn, "rclone", RCLONE_HOME_PATH)
+    found.rclone = _version_of(conn, "rclone", RCLONE_HOME_PATH, "version")
     if not found.rclone:
         why = "the rclone copied to the host does not run"
         return StepResult("rclone", "failed", why, INSTALL_RCLONE)
@@ -210,11 +210,11 @@ def uv(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     environment script falls back to pip and says so."""
     if profile.runtime == "docker":
         return StepResult("uv", "skipped", "jobs run in the image's own environment")
-    have = _version_of(conn, "uv", UV_HOME_PATH)
+    have = _version_of(conn, "uv", UV_HOME_PATH, "--version")
     if have:
         return StepResult("uv", "ok", have)
     if _copy_ours(conn, found.facts, local_uv(), UV_HOME_PATH):
-        have = _version_of(conn, "uv", UV_HOME_PATH)
+        have = _version_of(conn, "uv", UV_HOME_PATH, "--version")
         if have:
             return StepResult("uv", "fixed", f"{have} in ~/{UV_HOME_PATH}")
     return StepResult("uv", "skipped", "no uv here and none to copy: job environments are "
