@@ -48,7 +48,8 @@ HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, 
 heartbeat() {
   local base
   base=$(ready)
-  ( while sleep 5; do
+  ( exec 9>&-  # not the environment's lock: it ends with the build
+    while sleep 5; do
       echo "[gpujob] job environment: $(( $(ready) - base )) of $2 packages $1 (${SECONDS} s)" >&2
     done ) &
   beat=$!
