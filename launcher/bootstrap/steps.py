@@ -209,7 +209,9 @@ def uv(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     than pip); a host without uv gets this machine's, as with rclone. Never fatal: the
     environment script falls back to pip and says so."""
     if profile.runtime == "docker":
-        return StepResult("uv", "skipped", "jobs run in the image's own environment")
+        return StepResult("uv", "skipped", "jobs run in the image's own environment (a "
+                          "--runtime bare job here makes its own with uv only if the host "
+                          "has it, else with pip)")  # fmt: skip
     have = _version_of(conn, "uv", UV_HOME_PATH, "--version")
     if have:
         return StepResult("uv", "ok", have)
