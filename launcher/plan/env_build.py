@@ -97,7 +97,7 @@ def env_script(env_dir: str, python: str, requirements: str, packages: int) -> s
             f'  "$uv" pip install --python "$env/bin/python" -r {reqs} >&2',
             "else",
             "  echo '[gpujob] no uv on this host: making the job environment with pip (slower;"
-            ' "gpujob up --host" copies uv there)\' >&2',
+            ' "pip install uv" there, or uv in ~/.local/bin, makes it fast)\' >&2',
             f'  echo "[gpujob] creating the job environment $env with pip: {packages} packages '
             '(first use of these pins)" >&2',
             f'  {py} -m venv "$env" >&2',
