@@ -4,7 +4,9 @@ has it, with venv and pip where it has not, from the same pins and the same pack
 uv reads no pip.conf, so the script translates the host's pip configuration (its files and
 PIP_* variables: index, extra indexes, find-links, constraints, certificate) into uv's
 variables first, and asks pip's own strategy (`unsafe-best-match`: the best version over all
-indexes, not the first index that has the name). A host without uv gets one line saying pip
+indexes, not the first index that has the name). An index that does not answer from the
+host (an offline host whose pip keeps PyPI as its default) is left out and said, as pip
+skips it after its retries; uv would stop at it. A host without uv gets one line saying pip
 is used and how to get uv there. Output goes to stderr, streamed as it comes, so the user
 sees what is installed and how many packages are left.
 """
@@ -17,7 +19,8 @@ from pathlib import PurePosixPath
 UV_HOME_PATH = ".local/bin/uv"
 """Where `gpujob up` puts this machine's uv on a host that has none (as it does rclone)."""
 
-PIP_TO_UV = """import configparser, os, shlex
+PIP_TO_UV = """import configparser, os, shlex, socket, sys
+from urllib.parse import unquote, urlparse
 home = os.path.expanduser("~")
 xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
 files = [os.path.join(d, "pip", "pip.conf") for d in xdg] + ["/etc/pip.conf",
@@ -33,15 +36,42 @@ def pip(key):
         if conf.has_option(section, key):
             return conf.get(section, key)
     return None
-uv = {"index-url": ("UV_INDEX_URL", " "), "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
-      "find-links": ("UV_FIND_LINKS", ","), "constraint": ("UV_CONSTRAINT", " "),
-      "cert": ("SSL_CERT_FILE", " ")}
-for key, (name, sep) in uv.items():
-    value = pip(key)
-    if value:
-        print("export %s=%s" % (name, shlex.quote(sep.join(value.split()))))
+PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+def answers(url):
+    parts = urlparse(url)
+    if parts.scheme == "file":
+        return os.path.isdir(unquote(parts.path))
+    if any(os.environ.get(name) for name in PROXIES):
+        return True  # reached through a proxy: not for us to dial
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=3).close()
+        return True
+    except OSError:
+        return False
+out = {}
+for key, name, sep in (("find-links", "UV_FIND_LINKS", ","), ("constraint", "UV_CONSTRAINT", " "),
+                       ("cert", "SSL_CERT_FILE", " ")):
+    if pip(key):
+        out[name] = sep.join(pip(key).split())
+indexes = (pip("index-url") or "https://pypi.org/simple").split()[:1]
+indexes += (pip("extra-index-url") or "").split()
 if (pip("no-index") or "").lower() in ("1", "true", "yes", "on"):
-    print("export UV_NO_INDEX=1")"""
+    indexes = []
+kept = [url for url in indexes if answers(url)]
+for url in indexes:
+    if url not in kept:
+        where = urlparse(url)
+        print("[gpujob] package index %s://%s%s does not answer here: left out, as pip skips it"
+              % (where.scheme, where.hostname or "", where.path), file=sys.stderr)
+if kept:
+    out["UV_INDEX_URL"] = kept[0]
+    if kept[1:]:
+        out["UV_EXTRA_INDEX_URL"] = " ".join(kept[1:])
+else:
+    out["UV_NO_INDEX"] = "1"
+for name, value in out.items():
+    print("export %s=%s" % (name, shlex.quote(value)))"""
 
 
 HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many

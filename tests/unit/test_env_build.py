@@ -8,6 +8,7 @@ import base64
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import zipfile
@@ -117,3 +118,21 @@ def test_a_pin_uv_cannot_find_fails_with_uvs_words_naming_it(
     assert done.returncode != 0
     assert "gjtiny==9.9.9" in done.stderr, done.stderr
     assert not (tmp_path / "envs" / "e" / ".gpujob-ready").exists()
+
+
+def test_an_index_that_does_not_answer_is_left_out_as_pip_skips_it(
+    tmp_path: Path, host: dict[str, str]
+) -> None:
+    """An offline host whose pip keeps an index it cannot reach (PyPI, say) beside a
+    wheelhouse: pip skips the index after its retries, and uv must not stop at it."""
+    assert UV is not None
+    with socket.socket() as sock:  # a port nothing listens on: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    conf = Path(host["PIP_CONFIG_FILE"])
+    conf.write_text(f"[global]\nindex-url = http://127.0.0.1:{closed}/simple\n"
+                    f"find-links = {tmp_path / 'wheels'}\n")  # fmt: skip
+    done = make_env(tmp_path, {**host, "GPUJOB_UV": UV})
+    assert done.returncode == 0, done.stderr
+    assert "package index http://127.0.0.1/simple does not answer here: left out" in done.stderr
+    assert imports(tmp_path) == "1.0"
