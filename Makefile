@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --quiet --disable-pip-version-check uv
 	eval "$$(python3 launcher/plan/env_build.py)" && export UV_INDEX_STRATEGY=unsafe-best-match \
-	  && $(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[dev]'
+	  && $(VENV)/bin/uv pip install --quiet $${uv_no_index:+--no-index} --python $(PY) -e '.[dev]'
 	touch $(STAMP)
 
 deps:

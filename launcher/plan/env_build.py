@@ -68,10 +68,9 @@ if kept:
     out["UV_INDEX_URL"] = kept[0]
     if kept[1:]:
         out["UV_EXTRA_INDEX_URL"] = " ".join(kept[1:])
-else:
-    out["UV_NO_INDEX"] = "1"
 for name, value in out.items():
-    print("export %s=%s" % (name, shlex.quote(value)))"""
+    print("export %s=%s" % (name, shlex.quote(value)))
+print("uv_no_index=%s" % ("" if kept else "1"))  # a flag only: uv reads no UV_NO_INDEX"""
 
 
 HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many
@@ -124,7 +123,8 @@ def env_script(env_dir: str, python: str, requirements: str, packages: int) -> s
             '  ready() { { find "$cache/archive-v0" -mindepth 1 -maxdepth 1 -newer "$env.lock" '
             "2>/dev/null || true; } | wc -l; }",
             f"  heartbeat unpacked {packages}",
-            f'  "$uv" pip install --python "$env/bin/python" -r {reqs} >&2',
+            '  "$uv" pip install ${uv_no_index:+--no-index} --python "$env/bin/python" '
+            f"-r {reqs} >&2",
             "else",
             "  echo '[gpujob] no uv on this host: making the job environment with pip (slower;"
             ' "pip install uv" there, or uv in ~/.local/bin, makes it fast)\' >&2',
