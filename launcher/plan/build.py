@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from launcher.agent import AGENT_FILE, agent_argv
 from launcher.errors import UsageError
 from launcher.plan import docker
+from launcher.plan.env_build import env_script
 from launcher.plan.file_mounts import container_volumes, lasting_copies, mount_steps
 from launcher.plan.launch import (
     HOSTFILE,
@@ -343,30 +343,13 @@ def _workdir_steps(target: NodeLayout, sources: Sources, path: str) -> list[Step
 
 
 def _env_setup(target: NodeLayout, image: ImageDefinition, requirements: str) -> RunCommand:
-    """venv and pip write to stderr (`>&2`): streamed as they come, and a failure's last
+    """uv (or venv and pip) write to stderr: streamed as they come, and a failure's last
     lines name its cause (venv's `ensurepip is not available` may come on stdout)."""
-    env = shlex.quote(_env_dir(target, image))
-    script = "\n".join(
-        [
-            "set -euo pipefail",
-            f"env={env}",
-            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
-            'mkdir -p "$(dirname "$env")"',
-            'exec 9>"$env.lock"',
-            "flock 9",
-            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
-            'echo "[gpujob] creating the job environment $env (first use of these pins)" >&2',
-            'rm -rf "$env"',
-            f'{shlex.quote(target.python)} -m venv "$env" >&2',
-            '"$env/bin/python" -m pip install --quiet --disable-pip-version-check '
-            f"--no-input -r {shlex.quote(requirements)} >&2",
-            'touch "$env/.gpujob-ready"',
-        ]
-    )
+    script = env_script(_env_dir(target, image), target.python, requirements, len(image.pins))
     return RunCommand(
         argv=("bash", "-c", script),
         why=f"make the job environment from images/{image.name}.yaml",
-        hint=f"the host's pip must find the pins of images/{image.name}.yaml (an index or a "
-        "wheelhouse its pip.conf names) and its Python needs venv (python3-venv); the job "
-        "environment is made once per pin set",
+        hint=f"uv (or pip) must find the pins of images/{image.name}.yaml in the sources the "
+        "host's pip.conf names (an index or a wheelhouse) and its Python needs venv "
+        "(python3-venv) where uv is missing; the job environment is made once per pin set",
     )

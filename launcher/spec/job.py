@@ -199,6 +199,19 @@ class MergeSpec(StrictModel):
     )
 
 
+def _or_shell_block(schema: dict[str, Any]) -> None:
+    """`run:` may also be a string, a shell block (RunSpec's before-validator takes it), which
+    the schema must allow too, or an editor flags every SkyPilot-style spec."""
+    ref = schema.pop("$ref")
+    schema["anyOf"] = [
+        {"$ref": ref},
+        {
+            "type": "string",
+            "description": "A shell block run once per node after `setup`, as SkyPilot runs it.",
+        },
+    ]
+
+
 class JobSpec(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
     image: str = Field(
@@ -219,7 +232,7 @@ class JobSpec(StrictModel):
         "`~/...`, or relative to the workdir) -> source on this machine (absolute or `~/...`); "
         "a folder's contents go into the destination. Mounted at the same path in a container.",
     )
-    run: RunSpec
+    run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
     batch: BatchSpec = Field(default_factory=BatchSpec)
     envs: dict[str, EnvValue] = Field(default_factory=dict)
     nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* variables.")
