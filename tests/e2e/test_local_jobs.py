@@ -138,6 +138,30 @@ def test_status_says_lost_when_the_agent_and_job_are_killed(
     assert status_of(state, "lost")["state"] == "lost"
 
 
+def test_a_cancel_of_a_lost_job_under_recovery_is_the_users_word(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """A recovery controller restarts a job whose node reads `lost`: a user's cancel in
+    between must be recorded `cancelled` (the controller's word to make no restart and end
+    the hosts), not `lost` as an ended node's answer would record it."""
+    spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "rec").returncode == 0
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "rec" / "node-0"
+    wait_for(lambda: b"up" in (node_dir / "job.log").read_bytes())
+    status = json.loads((node_dir / "status.json").read_text())
+    for pid in [status["supervisor_pid"], status["pid"], *descendants(status["pid"])]:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(status["supervisor_pid"]))
+    script = "from launcher.state.recovery import RecoveryDB; RecoveryDB().add('rec', {}, 2)"
+    done = subprocess.run([sys.executable, "-c", script], env=state, check=False,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = gpujob(state, "cancel", "rec")
+    assert result.returncode == 0, result.stderr
+    assert b"makes no restart" in result.stderr
+    assert status_of(state, "rec")["state"] == "cancelled"
+
+
 def test_cancel_stops_the_job_after_its_agent_was_killed(
     tmp_path: Path, state: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
