@@ -97,19 +97,26 @@ class Checkpoint:
     name: str
     step: int
     remote: str
-    """`REMOTE:prefix` it is under (the spec's sync_to)."""
+    """`REMOTE:prefix/run` it is under (the job's run folder in the spec's sync_to)."""
 
 
-def latest_checkpoint(request: dict[str, Any]) -> Checkpoint | None:
-    """The newest checkpoint whose marker is in S3 (complete), read from here."""
+def latest_checkpoint(request: dict[str, Any], job_id: str) -> Checkpoint | None:
+    """The newest checkpoint whose marker is in S3 (complete) in the job's own run folder
+    (storage/runs.py), read from here: never another run's, whatever its steps."""
+    from dataclasses import replace
+
     from launcher.agent.ckpt_store import MARKER, step_of
     from launcher.spec.load import load_job_spec
     from launcher.storage.remotes import all_remotes, parse_remote_path
+    from launcher.storage.runs import run_name, run_prefix
     from launcher.storage.s3 import list_keys
 
     spec = load_job_spec(request["spec_path"], request.get("sets") or ()).spec
-    target = str(spec.checkpoints.sync_to)
-    path = parse_remote_path(target, all_remotes(spec.storage), "checkpoints.sync_to")
+    run = run_name(spec, job_id)
+    target = f"{str(spec.checkpoints.sync_to).rstrip('/')}/{run}"
+    path = parse_remote_path(str(spec.checkpoints.sync_to), all_remotes(spec.storage),
+                             "checkpoints.sync_to")  # fmt: skip
+    path = replace(path, prefix=run_prefix(path.prefix, run))
     complete = {key.split("/")[0] for key, _ in list_keys(path)
                 if key.count("/") == 1 and key.endswith(f"/{MARKER}")}  # fmt: skip
     steps = {name: step_of(name) for name in complete}
