@@ -128,14 +128,18 @@ def latest_checkpoint(request: dict[str, Any], job_id: str) -> Checkpoint | None
 
 
 def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
-    """The step between placement and start of a restart: the checkpoint pulled from S3
-    into the job's checkpoint folder on node 0's host, verified against its marker."""
+    """The step between placement and start of a restart (or of `submit --resume-from`):
+    the checkpoint pulled from S3 into the job's checkpoint folder on node 0's host,
+    verified against its marker; here, for a job on this machine (its record is no host's)."""
 
     def before_start(plan: Plan, records: list[str]) -> None:
         from launcher.remote.hosts import HostEntry
         from launcher.storage.sync import SyncRequest, sync_ckpt
 
-        head = HostEntry.from_record(records[0]).name
+        try:
+            head: str | None = HostEntry.from_record(records[0]).name
+        except (ValueError, TypeError):
+            head = None
         started = time.monotonic()
         request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
                               step=checkpoint.step, on=head)  # fmt: skip
@@ -148,7 +152,7 @@ def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
                     raise
                 say(f"pull of {checkpoint.name} onto {head} failed ({error.one_line()}); "
                     "trying again")  # fmt: skip
-        say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head} in "
+        say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head or 'this machine'} in "
             f"{time.monotonic() - started:.1f} s, verified")  # fmt: skip
 
     return before_start

@@ -156,3 +156,32 @@ def test_a_flat_layout_is_read_as_it_is_and_named_at_submit(remote, env, tmp_pat
                     str(tmp_path / "old"))  # fmt: skip
     assert pulled.returncode == 0, pulled.stderr
     assert [p.name for p in (tmp_path / "old").iterdir()] == ["checkpoint-20"]
+
+
+def test_resume_from_starts_a_job_from_another_runs_checkpoint(remote, env, tmp_path):
+    spec = saver_spec(tmp_path, saves=3, keep_last=2, sync_to="t:cont")
+    assert gpujob(env, "submit", str(spec), "--job-id", "base").returncode == 0
+
+    wrong = gpujob(
+        env, "submit", str(spec), "--job-id", "w", "--resume-from", "t:cont/base/checkpoint-10"
+    )
+    assert wrong.returncode == 2, wrong.stderr[-2000:]
+    assert ("error: --resume-from t:cont/base/checkpoint-10: no complete checkpoint "
+            "checkpoint-10 in t:cont/base (complete there: checkpoint-20, checkpoint-30)"
+            in wrong.stderr)  # fmt: skip
+    vague = gpujob(env, "submit", str(spec), "--job-id", "v", "--resume-from", "t:cont")
+    assert vague.returncode == 2 and "it holds the run(s) base" in vague.stderr, vague.stderr
+    assert not (tmp_path / "state" / "jobs" / "w").exists()
+
+    short = saver_spec(tmp_path / "short", saves=1, keep_last=2, sync_to="t:cont")  # step 10
+    done = gpujob(env, "submit", str(short), "--job-id", "next", "--resume-from",
+                  "t:cont/base/checkpoint-20")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    ckpt_dir = tmp_path / "state" / "jobs" / "next" / "checkpoints"
+    assert f"resume={ckpt_dir}/checkpoint-20\n" in done.stdout
+    assert "pulled checkpoint-20 (step 20) onto this machine" in done.stderr
+    newest = gpujob(env, "submit", str(short), "--job-id", "newest", "--resume-from", "t:cont/base",
+                    "--detach")  # fmt: skip
+    assert newest.returncode == 0, newest.stderr[-3000:]
+    assert "resuming from t:cont/base/checkpoint-30 (step 30)" in newest.stderr
+    assert (tmp_path / "state" / "jobs" / "newest" / "checkpoints" / "checkpoint-30").is_dir()
