@@ -53,6 +53,9 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--recover", is_flag=True,
               help="With --up: restart the job on fresh hosts when a host is lost (the "
               "spec's `recovery:`, or its defaults); needs checkpoints.sync_to.")  # fmt: skip
+@click.option("--resume-from", "resume_path", metavar="REMOTE:PREFIX/RUN[/checkpoint-N]",
+              help="Start from this checkpoint in S3 (a run's newest when none is named): "
+              "pulled onto node 0, verified, named by GPUJOB_RESUME_FROM.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.commands.submit import SubmitOptions

@@ -90,6 +90,10 @@ COMPLETE_FOLDER = re.compile(r"^(?:checkpoint|step|global_step)[-_]?\{step\}$")
 """The folder names ckpt_store.NAME recognises, with `{step}` in place of the number."""
 
 
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""A run's folder under `sync_to`: what a job id may be (plan.build.JOB_ID), one level."""
+
+
 class CheckpointSpec(StrictModel):
     dir: str = Field(
         default="checkpoints",
@@ -106,6 +110,12 @@ class CheckpointSpec(StrictModel):
         default=None,
         description="`REMOTE:prefix`: a remote under `storage` (or the user config) and a "
         "prefix inside its bucket; each complete checkpoint is copied there.",
+    )
+    run: str | None = Field(
+        default=None,
+        description="The run its checkpoints and shipped logs belong to, a folder under "
+        "`sync_to` (default: the job id, so runs never mix). Name one to continue a run on "
+        "purpose: its checkpoints stay, and recovery resumes from its newest.",
     )
     complete_when: str | None = Field(
         default=None,
@@ -153,6 +163,18 @@ class CheckpointSpec(StrictModel):
                 "write it as FOLDER/FILE, the folder one of checkpoint-{step}, step_{step} or "
                 "global_step_{step} (gpujob orders checkpoints by that step), e.g. "
                 "`step_{step}/DONE`"
+            )
+        return value
+
+    @field_validator("run")
+    @classmethod
+    def _run_name(cls, value: str | None) -> str | None:
+        if value is not None and (
+            not RUN_NAME.fullmatch(value) or COMPLETE_FOLDER.match(re.sub(r"\d+$", "{step}", value))
+        ):
+            raise ValueError(
+                "a folder name: letters, digits, `.`, `_` and `-` (up to 128), not a "
+                "checkpoint's name (`checkpoint-N`), e.g. `run: llama-sft`"
             )
         return value
 

@@ -1,7 +1,8 @@
 """Submit-time checks that need the outside world, each refusing before anything starts:
 the sync target resolves and answers (from the machine that will sync: here for local jobs,
-the host for remote ones), the disk budget fits, and a LoRA merge does not land on a
-quantized base. Run from `jobs.submit`; the plan stays pure."""
+the host for remote ones) and its run folder is the job's own (storage/runs.py), the disk
+budget fits, and a LoRA merge does not land on a quantized base. Run from `jobs.submit`;
+the plan stays pure."""
 
 from __future__ import annotations
 
@@ -28,14 +29,18 @@ def sync_target(loaded: LoadedSpec) -> RemotePath | None:
     return parse_remote_path(spec.checkpoints.sync_to, remotes, where)
 
 
-def checkpoint_sync(loaded: LoadedSpec, for_hosts: bool) -> CheckpointSync | None:
-    """The plan's view of the sync target: rclone path and variables (keys resolved from the
-    variables the remote names; nothing is contacted, so a dry run can call it)."""
+def checkpoint_sync(loaded: LoadedSpec, for_hosts: bool, job_id: str) -> CheckpointSync | None:
+    """The plan's view of the sync target: the rclone path of the job's run folder under it
+    (storage/runs.py) and the variables (keys resolved from the variables the remote names;
+    nothing is contacted, so a dry run can call it)."""
+    from launcher.storage.runs import run_name, run_prefix
+
     target = sync_target(loaded)
     if target is None:
         return None
     env = rclone_config.env_vars(target.remote, credentials(target.remote), for_hosts)
-    path = rclone_config.rclone_path(target.remote, target.prefix)
+    run = run_prefix(target.prefix, run_name(loaded.spec, job_id))
+    path = rclone_config.rclone_path(target.remote, run)
     return CheckpointSync(rclone_path=path, env=env)
 
 
@@ -47,7 +52,7 @@ def env_dir(target: Any, image: Any) -> str | None:
 
 
 def preflight(
-    loaded: LoadedSpec, target: Any, image: Any, report: Callable[[str], None]
+    loaded: LoadedSpec, target: Any, image: Any, report: Callable[[str], None], job_id: str
 ) -> CheckpointSync | None:
     """The checks that read only local files (so a dry run makes them too): merge guard, disk
     budget and /dev/shm of this machine for local jobs; then the sync target for the plan."""
@@ -62,7 +67,7 @@ def preflight(
             if loaded.spec.checkpoints.estimated_bytes is not None:
                 report(budget.line())
         shm_check(loaded)
-    return checkpoint_sync(loaded, for_hosts=not target.on_this_machine)
+    return checkpoint_sync(loaded, not target.on_this_machine, job_id)
 
 
 def probe_sync_target(
@@ -98,17 +103,21 @@ def check_before_start(
     """Before any file reaches a host: the S3 probe (refused with the remote named) and, for
     a remote host, the disk budget measured there (`facts` may hold its free space already,
     read with the host's facts)."""
+    from launcher.storage.runs import check_run
+
     if not on_this_machine:
         node = plan.nodes[0]  # node 0's host stands for the others: the same image and paths
         known = (facts or {}).get(node.host)
         _remote_host_checks(loaded, node, connections[node.host], environment, known, report)
-        return
-    target = probe_sync_target(loaded, "the job was not started", report)
-    if target is None:
-        return
-    bundle = rclone_config.ca_bundle(target.remote)
-    if bundle:
-        report(f"rclone gets the CA bundle {bundle} as RCLONE_CA_CERT (AWS_CA_BUNDLE unset for it)")
+        target = sync_target(loaded)
+    else:
+        target = probe_sync_target(loaded, "the job was not started", report)
+        bundle = rclone_config.ca_bundle(target.remote) if target else None
+        if bundle:
+            report(f"rclone gets the CA bundle {bundle} as RCLONE_CA_CERT (AWS_CA_BUNDLE unset "
+                   "for it)")  # fmt: skip
+    if target is not None:  # the job's run folder its own, what else is there said
+        check_run(loaded.spec, target, plan.job_id, report)
 
 
 def _remote_host_checks(

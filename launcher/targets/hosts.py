@@ -91,7 +91,7 @@ class HostsTarget:
         from launcher.plan.build import build_plan
         from launcher.storage.preflight import preflight
 
-        sync = preflight(job.loaded, layout, image, report)
+        sync = preflight(job.loaded, layout, image, report, job.job_id)
         return build_plan(job.loaded.spec, layout, job.job_id, job.secrets, image, job.sources,
                           sync, follow=not request.detach,
                           resume_from=request.resume_from)  # fmt: skip

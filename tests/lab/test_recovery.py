@@ -186,10 +186,12 @@ def pause_job(job_id: str) -> list[int]:
     return paused
 
 
-def synced(bucket: str, name: str) -> bool:
+def synced(bucket: str, job_id: str, name: str) -> bool:
+    """The checkpoint complete in the job's own run folder (`<sync_to>/<job id>/`)."""
     from infra.lab import s3
 
-    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"runs/qs/{name}/{MARKER}")
+    key = f"runs/qs/{job_id}/{name}/{MARKER}"
+    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=key)
     return bool(listed.get("Contents"))
 
 
@@ -258,7 +260,8 @@ def lose_after(submit: Command, fake: RunningFake, bucket: str, job_id: str, pro
     checkpoint awaited in S3, and then its one host goes as `how` says: its instance id."""
     submit.wait_for(rf"step {checkpoint + 3}/{STEPS}".encode())
     pause_job(job_id)
-    wait_until(lambda: synced(bucket, f"checkpoint-{checkpoint}"), f"checkpoint-{checkpoint} in S3")
+    name = f"checkpoint-{checkpoint}"
+    wait_until(lambda: synced(bucket, job_id, name), f"{name} in S3")
     (host,) = live(fake, provider)
     lose(fake, provider, how, str(host["id"]))
     return str(host["id"])
@@ -326,7 +329,7 @@ def test_max_restarts_used_up_stops_and_terminates_every_host(
     assert "its checkpoints stay in S3" in stopped
     assert last[-1] == f"gpujob: job {job_id} failed (exit code 1)", submit.text()
     assert live(fake, "lambda") == []
-    assert synced(bucket, "checkpoint-10")
+    assert synced(bucket, job_id, "checkpoint-10")
     row = job_row(env, job_id)
     assert (row["state"], row["recovery"]["phase"], row["recovery"]["restarts"]) == (
         "failed", "stopped", 1)  # fmt: skip
@@ -396,7 +399,7 @@ def test_two_nodes_restart_together_when_node_1s_host_is_lost(
                      "--job-id", job_id)  # fmt: skip
     submit.wait_for(rf"step 13/{STEPS}".encode())
     pause_job(job_id)
-    wait_until(lambda: synced(bucket, "checkpoint-10"), "checkpoint-10 in S3")
+    wait_until(lambda: synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3")
     hosts = json.loads(subprocess.run([GPUJOB, "status", "--json"], env=env,
                                       capture_output=True, timeout=60).stdout)["hosts"]  # fmt: skip
     records = {h["name"]: h for h in hosts if h["status"] == "running"}

@@ -475,12 +475,12 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
     host_ckpts = ssh_host.root / ".gpujob" / "jobs" / "qs-s3" / "checkpoints"
     assert sorted(p.name for p in host_ckpts.iterdir()) == ["checkpoint-40", "checkpoint-60"]
 
-    tree = gpujob(env, "storage", "tree", "lab:runs/qs", "--depth", "1")
+    tree = gpujob(env, "storage", "tree", "lab:runs/qs/qs-s3", "--depth", "1")  # the job's run
     listed = tree.stdout.decode().splitlines()[1:]
-    checkpoints = [line for line in listed if not line.startswith("logs/")]
+    checkpoints = [line for line in listed if line.startswith("checkpoint-")]
     assert checkpoints and all(line.endswith("  complete") for line in checkpoints), listed
     # the host's agent shipped the job log beside them, whole, once the job had ended
-    shipped = s3.client().get_object(Bucket=bucket, Key="runs/qs/logs/qs-s3/node-0.log")
+    shipped = s3.client().get_object(Bucket=bucket, Key="runs/qs/qs-s3/logs/qs-s3/node-0.log")
     host_log = ssh_host.root / ".gpujob" / "jobs" / "qs-s3" / "node-0" / "job.log"
     assert shipped["Body"].read() == host_log.read_bytes()
 
@@ -490,7 +490,8 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
         }
 
     fresh = tmp_path / "fresh"
-    pulled = gpujob(env, "sync-ckpt", "--from", "lab:runs/qs", "--latest", "--dest", str(fresh))
+    pulled = gpujob(env, "sync-ckpt", "--from", "lab:runs/qs/qs-s3", "--latest", "--dest",
+                    str(fresh))  # fmt: skip
     assert pulled.returncode == 0, pulled.stderr.decode()[-2000:]
     assert files(fresh / "checkpoint-60") == files(host_ckpts / "checkpoint-60")
 
@@ -498,7 +499,7 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
         env,
         "sync-ckpt",
         "--from",
-        "lab:runs/qs",
+        "lab:runs/qs/qs-s3",
         "--latest",
         "--dest",
         "/root/restored",
