@@ -136,8 +136,8 @@ def _logs(
         state = failed.status.get("state")
         say(f"node {failed.rank} {state} (exit code {failed.status.get('exit_code')}); "
             "stopping the other nodes")  # fmt: skip
-        for other in nodes:
-            if other.rank != failed.rank:
+        for other in nodes:  # a lost node too: its processes may outlive its supervisor
+            if other.rank != failed.rank or state == JobState.LOST:
                 other.cancel(FAIL_FAST_GRACE_S)
 
     def hand_over() -> None:
