@@ -152,8 +152,13 @@ class HostsTarget:
                 db.update_job(job_id, JobState.STARTING,
                               last_line=f"the start may have reached node(s) {ranks}")  # fmt: skip
             else:
-                db.update_job(job_id, JobState.FAILED, exit_code=1, last_line="failed to start",
-                              unconfirmed=True)  # a channel cut may hide a start: asked again
+                db.update_job(
+                    job_id,
+                    JobState.FAILED,
+                    exit_code=1,
+                    last_line="failed to start",
+                    unconfirmed=True,
+                )  # a channel cut may hide a start: asked again
             raise
         kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
         db.update_job(job_id, JobState.RUNNING)

@@ -98,3 +98,32 @@ def test_submit_killed_at_random_points_leaves_no_ghost(
     kill_at_random_points(state, spec, 1.2, 0.1)
     jobs = Path(state["GPUJOB_STATE_DIR"]) / "jobs"
     wait_for(lambda: not job_processes(-1, jobs), timeout=20)
+
+
+def test_an_end_recorded_without_the_agents_is_refreshed(
+    state: dict[str, str], tmp_path: Path
+) -> None:
+    """A client that could not ask the agents (an SSH channel cut mid-start) records
+    `failed to start`, unconfirmed: the next `status` asks the node, finds it running and
+    says so; cancel then stops it. One whose node has nothing is confirmed failed."""
+    spec = write_job(tmp_path, SLEEPER)
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "ran").returncode == 0
+    db = Path(state["GPUJOB_STATE_DIR"]) / "state.db"
+    with sqlite3.connect(db) as conn:  # what hosts.py records when the start's answer is lost
+        conn.execute("UPDATE jobs SET state='failed', exit_code=1, last_line='failed to start',"
+                     " ended_at=1, unconfirmed=1 WHERE id='ran'")  # fmt: skip
+    rows = {r["id"]: r for r in json.loads(gpujob(state, "status", "--json").stdout)["jobs"]}
+    assert (rows["ran"]["state"], rows["ran"]["exit_code"]) == ("running", None), rows["ran"]
+    cancel = gpujob(state, "cancel", "ran")
+    assert cancel.returncode == 0 and b"cancelled on 1 node(s)" in cancel.stderr, cancel.stderr
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE jobs SET id='never', state='failed', exit_code=1, unconfirmed=1,"
+                     " last_line='failed to start', node_dirs='[\"/nowhere/node-0\"]'"
+                     " WHERE id='ran'")  # fmt: skip
+    rows = {r["id"]: r for r in json.loads(gpujob(state, "status", "--json").stdout)["jobs"]}
+    assert rows["never"]["state"] == "failed"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT unconfirmed FROM jobs WHERE id='never'").fetchone() == (0,)
+    cancel = gpujob(state, "cancel", "never")
+    assert cancel.returncode == 0 and b"never started" in cancel.stderr, cancel.stderr
