@@ -167,3 +167,26 @@ def record(db: HostsDB, found: Reconciliation) -> None:
         pins = KnownHosts(known_hosts_file())
         for instance in found.gone:
             pins.forget_instance(instance)
+
+
+def for_status(db: HostsDB | None = None) -> set[str]:
+    """`status`: each cloud with live hosts of ours recorded is asked once (one list call)
+    and the db squared with it, so a host that ended itself (autostop) or was killed shows
+    ended instead of running on at a growing cost. Returns the clouds that did not answer:
+    their rows are shown `unverified`, and status goes on."""
+    from launcher.clouds.registry import CLOUDS, get_provider
+    from launcher.errors import GpujobError
+    from launcher.say import say
+
+    db = db or HostsDB()
+    unanswered = set()
+    for name in sorted({host.provider for host in db.hosts()} & set(CLOUDS)):
+        try:
+            found = reconcile(get_provider(name), db)
+        except (GpujobError, OSError):  # no key, or the cloud did not answer
+            unanswered.add(name)
+            continue
+        record(db, found)
+        for line in found.lines(foreign=False):
+            say(line)
+    return unanswered
