@@ -22,6 +22,8 @@ from launcher.state.hosts import HostRecord, HostsDB
 from launcher.state.owner import Owner, is_ours, read_owner
 from launcher.state.readonly import HostsView
 
+ENDING = ("terminating", "terminated")
+"""An instance in one of these has ended for its row, though the cloud lists it a while."""
 LAUNCH_GRACE_S = 120
 """A `launching` row the cloud has no instance for, older than this: its launch never
 reached the cloud (or what it made is gone already)."""
@@ -138,7 +140,7 @@ def compare(
             by_id[inst.id] = row
         else:
             found.unknown.append(inst)
-    live_ids = {i.id for i in tagged}
+    live_ids = {i.id for i in tagged if i.status not in ENDING}  # terminating: billing stopped
     tagged_names = {i.name for i in found.ours}
     for row in rows:
         if row.instance_id and row.instance_id not in live_ids:
