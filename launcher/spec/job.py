@@ -311,6 +311,17 @@ class JobSpec(StrictModel):
     def _secret_names(cls, value: list[str]) -> list[str]:
         return each_matching(value, ENV_NAME, "is not a valid environment variable name")
 
+    @field_validator("secrets")
+    @classmethod
+    def _secrets_leave_docker_alone(cls, value: list[str]) -> list[str]:
+        """The agent runs `docker run --env NAME` with the secrets in docker's environment:
+        a PATH or DOCKER_* secret would change which docker runs, or where it connects."""
+        for name in value:
+            if name == "PATH" or name.startswith("DOCKER_"):
+                raise ValueError(f"`{name}` cannot be a secret: it would change how the host "
+                                 "runs docker; put its value under another name")  # fmt: skip
+        return value
+
     @model_validator(mode="after")
     def _batch_divides(self) -> JobSpec:
         self.grad_accum_steps  # noqa: B018 - raises when the batch does not divide
