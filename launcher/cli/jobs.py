@@ -111,8 +111,12 @@ def status(as_json: bool, limit: int) -> None:
     from launcher.state.hosts import host_rows
     from launcher.targets.cloud.autostop import with_autostop
     from launcher.targets.cloud.cost import budget_warnings
+    from launcher.targets.cloud.reconcile import for_status
 
+    unverified = for_status()  # the hosts db squared with each cloud first
     rows, hosts = status_rows(limit), with_autostop(host_rows())
+    for host in hosts:
+        host["verified"] = host["provider"] not in unverified
     for line in budget_warnings(hosts):
         click.echo(f"gpujob: {line}", err=True)
     if as_json:
@@ -123,7 +127,9 @@ def status(as_json: bool, limit: int) -> None:
     if hosts:
         columns = ("name", "provider", "gpu", "status", "address", "price_per_hour",
                    "uptime_h", "cost_so_far", "autostop")  # fmt: skip
-        shown = [dict(h, autostop=h.get("autostop_text")) for h in hosts]
+        shown = [dict(h, autostop=h.get("autostop_text"),
+                      status=h["status"] if h["verified"] else f"{h['status']} (unverified)")
+                 for h in hosts]  # fmt: skip
         click.echo(table(shown, columns) + "\n")
     if not rows:
         click.echo("no jobs yet; try: gpujob init quickstart && gpujob submit quickstart.yaml")

@@ -11,16 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.errors import GpujobError
+from launcher.jobs.lifecycle import failed_to_start, settle
 from launcher.jobs.state import JobState, is_terminal, record_job_state
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
 from launcher.state.readonly import JobsView
 from launcher.targets.base import target_for
 
+START_WAIT_S = 60.0
+"""How long a cancel waits for a live submit to finish starting the job it cancels."""
+
 
 def cancel_job(job: JobRecord, grace_s: float) -> None:
     """Stop every node of the job (its target records how it ended) and say so."""
     if cancel_recovering(job.id):  # its hosts are being replaced: none to ask
+        return
+    job = settle(StateDB(), job, START_WAIT_S)  # a start in progress or interrupted, resolved
+    if failed_to_start(job) and not job.unconfirmed:
+        say(f"job {job.id} never started ({job.last_line}); nothing to cancel")
         return
     cancelled = target_for(job).cancel(job, grace_s)
     if _under_recovery(job):  # the user's word: no restart, whatever the agents answered

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from launcher.errors import GpujobError, UsageError
 from launcher.remote.base import Connection, Result
-from launcher.runtime.agent import NodeStatus, agent_argv
+from launcher.runtime.agent import NodeStatus, agent_argv, agent_path
+from launcher.state.job_states import JobState
 
 if TYPE_CHECKING:
     from launcher.plan.build import Sources
@@ -129,6 +130,9 @@ class Started:
         close_all(list(self.opened.values()))
 
 
+NO_AGENT = "no agent on the host: the start never reached it"
+
+
 @dataclass
 class Node:
     """One node of a recorded job: its agent, reached over its host's connection (shared
@@ -143,7 +147,11 @@ class Node:
         """The agent's status, or None while its host does not answer."""
         try:
             result = self.connection.run(agent_argv(self.agent_python, self.node_dir, "status"))
-            status: NodeStatus | None = json.loads(result.stdout) if result.ok else None
+            if not result.ok:  # the host answered: has the start reached it at all?
+                there = self.connection.run(["test", "-e", agent_path(self.node_dir)])
+                absent = there.exit_code == 1
+                return NodeStatus(state=JobState.UNKNOWN, reason=NO_AGENT) if absent else None
+            status: NodeStatus | None = json.loads(result.stdout)
             return status
         except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a handshake cut off
             return None

@@ -124,6 +124,7 @@ class HostsTarget:
 
     def _start(self, submission: HostsSubmission) -> Started:
         from launcher.runtime.apply import Starts, apply_plan
+        from launcher.state.starter import this_starter
 
         plan, loaded, request = submission.plan, submission.job.loaded, submission.request
         spec, job_id = loaded.spec, plan.job_id
@@ -136,7 +137,7 @@ class HostsTarget:
             id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
             runtime=plan.runtime, hosts=submission.placed.records, node_dirs=plan.node_dirs,
             state=JobState.STARTING, exit_code=None, created_at=time.time(), ended_at=None,
-            last_line=None, logs_to=plan.logs_to,
+            last_line=None, logs_to=plan.logs_to, starter=this_starter(),
         )  # fmt: skip
         if request.attempt:
             db.restart_job(record)
@@ -154,8 +155,13 @@ class HostsTarget:
                               last_line=f"the start may have reached node(s) {ranks}")  # fmt: skip
             else:
                 gone = "; its hosts are terminated" if self.traits.rents_hosts else ""
-                db.update_job(job_id, JobState.FAILED, exit_code=1,
-                              last_line=f"failed to start{gone}")  # fmt: skip
+                db.update_job(
+                    job_id,
+                    JobState.FAILED,
+                    exit_code=1,
+                    last_line=f"failed to start{gone}",
+                    unconfirmed=not self.traits.rents_hosts,
+                )  # a channel cut may hide a start: asked again (not on hosts now terminated)
             raise
         kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
         db.update_job(job_id, JobState.RUNNING)

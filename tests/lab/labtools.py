@@ -193,3 +193,20 @@ class SSHHost:
 
     def job_log(self, job_id: str) -> bytes:
         return (self.root / ".gpujob" / "jobs" / job_id / "node-0" / "job.log").read_bytes()
+
+
+def with_lab_s3(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """`env` with the lab's S3 as remote `lab` (a fresh bucket; the hosts reach it over the
+    bridge) and its keys in the variables the remote names."""
+    from infra.lab import s3
+
+    bucket = s3.create_bucket()
+    config = folder / "config"
+    config.mkdir()
+    (config / "config.yaml").write_text(
+        f"remotes:\n  lab:\n    provider: Other\n    endpoint: {s3.endpoint()}\n"
+        f"    host_endpoint: {s3.endpoint(for_hosts=True)}\n    bucket: {bucket}\n"
+        "    access_key_env: GJ_LAB_KEY\n    secret_key_env: GJ_LAB_SECRET\n"
+    )
+    return dict(env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY,
+                GJ_LAB_SECRET=s3.SECRET_KEY)  # fmt: skip

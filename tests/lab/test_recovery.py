@@ -430,3 +430,44 @@ def job_row_hosts(env: dict[str, str], job_id: str) -> list[str]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         (hosts,) = conn.execute("SELECT hosts FROM jobs WHERE id=?", (job_id,)).fetchone()
     return json.loads(hosts)
+
+
+def test_sync_ckpt_pushes_a_rented_jobs_checkpoints_and_a_pull_verifies_them(
+    env: dict[str, str], clouds: dict[str, RunningFake], backend: Any, tmp_path: Path
+) -> None:
+    """`sync-ckpt JOB` of a job on a Lambda-fake host (issue 25): reached through its target,
+    it pushes the host's complete checkpoints; a pull of the latest equals the host's copy."""
+    spec = tmp_path / "qs.yaml"
+    spec.write_text(
+        f"name: qs\nimage: lab-cpu\nworkdir: {REPO / 'jobs' / 'quickstart'}\n"
+        "resources: {cpus: 2, disk_gb: 1}\n"
+        "run: {entrypoint: train.py, nproc_per_node: 2, args: "
+        '["--steps", "20", "--seq-len", "64", "--log-every", "5"]}\n'
+        "batch: {global_batch: 16, micro_batch: 4}\nenvs: {OMP_NUM_THREADS: 1}\n"
+        "checkpoints: {dir: checkpoints, every_steps: 10, keep_last: 2}\n"
+    )
+    argv = [GPUJOB, "submit", str(spec), "--up", "a100", "--allow-cpu", "--job-id", "sc-up"]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    pushed = subprocess.run([GPUJOB, "sync-ckpt", "sc-up", "--to", "lab:runs/sc", "--json"],
+                            env=env, capture_output=True, timeout=300)  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr.decode()[-3000:]
+    moved = json.loads(pushed.stdout)["checkpoints"]
+    assert [(m["name"], m["verified"]) for m in moved] == [
+        ("checkpoint-10", True), ("checkpoint-20", True)]  # fmt: skip
+    (instance_id,) = [i for i, r in backend.records.items() if r.get("host")]
+    from infra.lab import boot
+
+    host_ckpts = (boot.host_dir(backend.records[instance_id]["host"]) / "root" / ".gpujob"
+                  / "jobs" / "sc-up" / "checkpoints")  # fmt: skip
+    fresh = tmp_path / "fresh"
+    pulled = subprocess.run([GPUJOB, "sync-ckpt", "--from", "lab:runs/sc", "--latest", "--dest",
+                             str(fresh)], env=env, capture_output=True, timeout=300)  # fmt: skip
+    assert pulled.returncode == 0, pulled.stderr.decode()[-2000:]
+
+    def files(path: Path) -> dict[str, bytes]:
+        return {p.relative_to(path).as_posix(): p.read_bytes()
+                for p in path.rglob("*") if p.is_file() and p.name != MARKER}  # fmt: skip
+
+    assert files(fresh / "checkpoint-20") == files(host_ckpts / "checkpoint-20")
+    assert files(fresh / "checkpoint-20")

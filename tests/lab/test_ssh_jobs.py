@@ -513,3 +513,35 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
     pushed = gpujob(env, "sync-ckpt", "qs-s3", "--json")
     assert pushed.returncode == 0, pushed.stderr.decode()[-2000:]
     assert all(c["skipped"] for c in json.loads(pushed.stdout)["checkpoints"])
+
+
+def test_submit_killed_at_random_points_leaves_no_ghost_on_a_host(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    """`kill -9` of `submit --on HOST` at 20 random points (issue 25): a host that answers
+    but has no node folder is not `unreachable`, its job ends `failed to start`; every job
+    is resolved by status, cancel and logs, and none leaves a process on the host."""
+    from tests.e2e.test_interrupted_submit import SLEEPER, kill_at_random_points
+
+    spec = write_job(tmp_path, SLEEPER)
+    warm = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "warm")
+    assert warm.returncode == 0, warm.stderr.decode()[-2000:]  # the environment is built
+    assert gpujob(env, "cancel", "warm").returncode == 0
+    kill_at_random_points(env, spec, 2.5, 0.3, "--on", "lab")
+    jobs = str(ssh_host.root / ".gpujob" / "jobs")
+
+    def left() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "/.gpujob/jobs/kill-" in cmdline or jobs in cmdline:
+                found.append(f"{entry.name}: {cmdline[:200]}")
+        return found
+
+    deadline = time.monotonic() + 20
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left()

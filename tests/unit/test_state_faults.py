@@ -100,7 +100,28 @@ def test_a_read_only_or_full_state_disk_is_one_line(
 def test_a_new_state_db_records_its_schema_version(gpujob: Callable, state_dir: Path) -> None:
     assert gpujob("status").exit_code == 0
     with sqlite3.connect(state_dir / "state.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+
+
+def test_a_schema_1_db_is_read_and_migrated(gpujob: Callable, state_dir: Path) -> None:
+    """A db an older gpujob wrote (no record of who starts a job) keeps its jobs."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(state_dir / "state.db") as conn:
+        conn.executescript(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, spec_path TEXT NOT NULL,"
+            " provider TEXT NOT NULL, runtime TEXT NOT NULL, hosts TEXT NOT NULL,"
+            " node_dirs TEXT NOT NULL, state TEXT NOT NULL, exit_code INTEGER,"
+            " created_at REAL NOT NULL, ended_at REAL, last_line TEXT, logs_to TEXT,"
+            " scheduler_job TEXT);"
+            "INSERT INTO jobs VALUES ('old-1', 'old', 'job.yaml', 'local', 'bare', '[\"local\"]',"
+            " '[\"/nowhere/node0\"]', 'succeeded', 0, 1.0, 2.0, 'done', NULL, NULL);"
+            "PRAGMA user_version = 1;"
+        )
+    result = gpujob("status", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert '"old-1"' in result.stdout and '"succeeded"' in result.stdout
+    with sqlite3.connect(state_dir / "state.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
 
 
 def test_checkpoints_on_another_disk_are_measured_there(
