@@ -59,7 +59,21 @@ def submit(**kwargs: Any) -> None:
     from launcher.commands.submit import submit as run_submit
 
     _refuse_idle_flags(kwargs)
+    if kwargs["up"]:
+        kwargs["provider"] = provider_for(kwargs["up"], kwargs["provider"])
     sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
+
+
+def provider_for(gpu: str, provider: str) -> str:
+    """`--up l4` without --provider: the cloud that sells it, said in one line."""
+    from launcher.clouds.gpus import serving_provider
+    from launcher.say import say
+
+    given = click.get_current_context().get_parameter_source("provider")
+    chosen, why = serving_provider(gpu, provider, given is click.core.ParameterSource.COMMANDLINE)
+    if why:
+        say(why)
+    return chosen
 
 
 WITH_UP = ("provider", "max_price", "disk", "allow_cpu")
