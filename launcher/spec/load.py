@@ -73,10 +73,13 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     for key, value in overrides:
         _claim_replaced_parents(data, key, origins)
         _set_path(data, key, value)
+    refusals = translation.errors if translation else []
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
-        raise _explain(err, origins, str(path)) from None
+        raise _explain(err, origins, str(path), refusals) from None
+    if refusals:
+        raise _many(refusals, str(path))
     return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
 
 
@@ -164,12 +167,19 @@ def _origin_of(origins: dict[Path_, str], loc: Path_, default: str) -> str:
     return default
 
 
-def _explain(err: ValidationError, origins: dict[Path_, str], filename: str) -> UsageError:
+def _explain(
+    err: ValidationError, origins: dict[Path_, str], filename: str, refusals: list[str]
+) -> UsageError:
     """Every error of the file at once, one line each, in the order of the file's lines
-    (`--set` flags after them), so that a file with four mistakes takes one try."""
-    lines = {_explain_one(error, origins, filename) for error in err.errors()}
-    ordered = sorted(lines, key=lambda text: _line_order(text, filename))
-    return ManyUsageErrors(ordered)
+    (`--set` flags after them), so that a file with four mistakes takes one try. With a
+    SkyPilot task's refusals, a field the refusal left out is not also "missing"."""
+    errors = [e for e in err.errors() if not (refusals and e["type"] == "missing")]
+    return _many([*refusals, *(_explain_one(error, origins, filename) for error in errors)],
+                 filename)  # fmt: skip
+
+
+def _many(lines: list[str], filename: str) -> UsageError:
+    return ManyUsageErrors(sorted(set(lines), key=lambda text: _line_order(text, filename)))
 
 
 def _line_order(text: str, filename: str) -> tuple[int, int, str]:

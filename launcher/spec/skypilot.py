@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,9 @@ class Translation:
     origins: dict[Path_, str]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """Every refusal of the file, one line each: the translation goes on past one, so the
+    caller shows them all at once with the spec's own validation errors."""
 
 
 def is_task(data: Mapping[str, Any]) -> bool:
@@ -107,50 +111,61 @@ def translate(
     cwd: str,
 ) -> Translation:
     """`environ` gives `null` envs and `~`; `cwd` is what a relative `workdir` starts from,
-    as for `sky launch` (SkyPilot reads it against its own current folder, not the task's)."""
+    as for `sky launch` (SkyPilot reads it against its own current folder, not the task's).
+    A refusal is kept in `errors` and the translation goes on (`reader.collect()`)."""
     out = Translation({}, {})
     reader = _Reader(data, origins, filename, out)
     for key in data:
-        reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
-        if key in REFUSED:
-            raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", "remove it")
-        if key in IGNORED:
-            out.warnings.append(f"{reader.where(key)}: {key}: SkyPilot-only; ignored")
+        with reader.collect():
+            reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
+            if key in REFUSED:
+                raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", "remove it")
+            if key in IGNORED:
+                out.warnings.append(f"{reader.where(key)}: {key}: SkyPilot-only; ignored")
     stem = re.sub(r"[^a-z0-9_.-]+", "-", str(data.get("name") or _stem(filename)).lower())
     reader.put(("name",), ("name",), stem.strip("-") or "task")
-    image = _image(reader)
-    reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
-    envs = _envs(reader, environ)
+    with reader.collect():
+        image = _image(reader)
+        reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
+    envs: dict[str, str] = {}
+    with reader.collect():
+        envs = _envs(reader, environ)
     if "workdir" not in data:
         reader.put(("workdir",), ("workdir",), None, given=False)
     else:
-        if not isinstance(data["workdir"], str):
-            raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
-                                "clone it in `setup:`, or give a local folder")  # fmt: skip
-        workdir = sky_path(data["workdir"], envs, environ, cwd)
-        why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
-        reader.put(("workdir",), ("workdir",), workdir, why=why)
+        with reader.collect():
+            if not isinstance(data["workdir"], str):
+                raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
+                                    "clone it in `setup:`, or give a local folder")  # fmt: skip
+            workdir = sky_path(data["workdir"], envs, environ, cwd)
+            why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
+            reader.put(("workdir",), ("workdir",), workdir, why=why)
     if "num_nodes" in data:
         reader.put(("nodes",), ("num_nodes",), data["num_nodes"])
-    if isinstance(data.get("run"), Mapping):
-        raise reader.gpujob_spec(("run",), "SkyPilot's `run` is a shell string, gpujob's a mapping")
-    for key in ("setup", "run"):
-        value = data.get(key)
-        if isinstance(value, list):
-            value = "\n".join(map(str, value))
-        if value is not None:
-            reader.put((key,), (key,), value)
-    if data.get("run") is None:
-        fix = "add a `run:` block (gpujob runs jobs; `gpujob up` rents hosts)"
-        raise reader.refuse(("run",), "a task without `run` only provisions nodes", fix)
+    with reader.collect():
+        if isinstance(data.get("run"), Mapping):
+            why = "SkyPilot's `run` is a shell string, gpujob's a mapping"
+            raise reader.gpujob_spec(("run",), why)
+        for key in ("setup", "run"):
+            value = data.get(key)
+            if isinstance(value, list):
+                value = "\n".join(map(str, value))
+            if value is not None:
+                reader.put((key,), (key,), value)
+        if data.get("run") is None:
+            fix = "add a `run:` block (gpujob runs jobs; `gpujob up` rents hosts)"
+            raise reader.refuse(("run",), "a task without `run` only provisions nodes", fix)
     if envs:
         reader.put(("envs",), ("envs",), envs)
-    secrets = _secrets(reader)
-    if secrets:
-        reader.put(("secrets",), ("secrets",), secrets)
+    with reader.collect():
+        secrets = _secrets(reader)
+        if secrets:
+            reader.put(("secrets",), ("secrets",), secrets)
     if data.get("file_mounts"):
-        sky_file_mounts(reader, envs, environ, cwd)
-    _resources(reader)
+        with reader.collect():
+            sky_file_mounts(reader, envs, environ, cwd)
+    with reader.collect():
+        _resources(reader)
     return out
 
 
@@ -170,6 +185,15 @@ class _Reader:
             if loc[:end] in self.origins:
                 return self.origins[loc[:end]]
         return self.filename
+
+    @contextmanager
+    def collect(self) -> Iterator[None]:
+        """A refusal inside ends only this block: it is kept in `out.errors` and the
+        translation goes on, so a file with four problems takes one try."""
+        try:
+            yield
+        except UsageError as err:
+            self.out.errors.extend(err.lines())
 
     def put(self, dst: Path_, src: Path_, value: Any, *, given: bool = True, why: str = "") -> None:
         """`value` at gpujob's `dst`, blamed on SkyPilot's `src`; `given=False`: the task
@@ -247,17 +271,19 @@ def _envs(reader: _Reader, environ: Mapping[str, str]) -> dict[str, str]:
         raise reader.refuse(("envs",), "it must be a mapping of NAME: value", "write one")
     out = {}
     for name, value in envs.items():
-        reserved = reserved_env(str(name))
-        if reserved:
-            raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
-        if value is None:
-            if name not in environ:
-                raise UsageError(
-                    f"{reader.where('envs', str(name))}: envs.{name}: required (null in the "
-                    f"task, as SkyPilot's `--env {name}`): export {name} before submitting"
-                )
-            value = environ[name]
-        out[str(name)] = str(value)
+        with reader.collect():
+            reserved = reserved_env(str(name))
+            if reserved:
+                raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
+            if value is None:
+                if name not in environ:
+                    raise UsageError(
+                        f"{reader.where('envs', str(name))}: envs.{name}: required (null in "
+                        f"the task, as SkyPilot's `--env {name}`): export {name} before "
+                        "submitting"
+                    )
+                value = environ[name]
+            out[str(name)] = str(value)
     return out
 
 
@@ -271,12 +297,13 @@ def _secrets(reader: _Reader) -> list[str]:
                             "write `NAME: null` for each")  # fmt: skip
     names = []
     for name, value in secrets.items():
-        if value is not None:
-            fix = f"write `{name}: null` and export {name} before submitting"
-            raise reader.refuse(
-                ("secrets", str(name)), "gpujob never reads a secret from a file", fix
-            )
-        names.append(str(name))
+        with reader.collect():
+            if value is not None:
+                fix = f"write `{name}: null` and export {name} before submitting"
+                raise reader.refuse(
+                    ("secrets", str(name)), "gpujob never reads a secret from a file", fix
+                )
+            names.append(str(name))
     return names
 
 
@@ -284,33 +311,39 @@ def _resources(reader: _Reader) -> None:
     resources = reader.data.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise reader.refuse(("resources",), "it must be a mapping", "see SkyPilot's YAML spec")
-    reader.refuse_both(resources, "gpus", "accelerators")
+    with reader.collect():
+        reader.refuse_both(resources, "gpus", "accelerators")
     for key, value in resources.items():
-        loc = ("resources", str(key))
-        reader.known(loc, TASK_RESOURCES, GPUJOB_RESOURCES)
-        if key in RESOURCES_REFUSED:
-            raise reader.refuse(loc, RESOURCES_REFUSED[key], "remove it")
-        if key in RESOURCES_IGNORED:
-            reader.out.warnings.append(f"{reader.where(*loc)}: resources.{key}: ignored by gpujob")
-        elif key in ("accelerators", "gpus"):
-            reader.put(("resources", "accelerators"), loc, _accelerators(reader, loc, value))
-        elif key == "cpus":
-            reader.put(("resources", "cpus"), loc, int(_size(reader, loc, value)))
-        elif key == "memory":
-            reader.put(("resources", "memory_gb"), loc, _size(reader, loc, value))
-        elif key == "disk_size":
-            reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
-        elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
-            reader.put(("resources", "use_spot"), loc, value)
-        elif key in ("cloud", "infra"):
-            cloud = str(value).split("/")[0].lower()
-            if cloud not in CLOUDS:
-                fix = "remove it, and choose with `submit --up GPU --provider`"
-                raise reader.refuse(loc, f"gpujob rents on Lambda and Vast, not {value}", fix)
-            reader.out.warnings.append(f"{reader.where(*loc)}: resources.{key}: the cloud is "
-                                       "chosen at `submit --up GPU --provider`")  # fmt: skip
-        elif key == "autostop" and value is not False:
-            reader.put(("resources", "autostop"), loc, _autostop(reader, loc, value))
+        with reader.collect():
+            _resource(reader, str(key), value)
+
+
+def _resource(reader: _Reader, key: str, value: Any) -> None:
+    loc = ("resources", str(key))
+    reader.known(loc, TASK_RESOURCES, GPUJOB_RESOURCES)
+    if key in RESOURCES_REFUSED:
+        raise reader.refuse(loc, RESOURCES_REFUSED[key], "remove it")
+    if key in RESOURCES_IGNORED:
+        reader.out.warnings.append(f"{reader.where(*loc)}: resources.{key}: ignored by gpujob")
+    elif key in ("accelerators", "gpus"):
+        reader.put(("resources", "accelerators"), loc, _accelerators(reader, loc, value))
+    elif key == "cpus":
+        reader.put(("resources", "cpus"), loc, int(_size(reader, loc, value)))
+    elif key == "memory":
+        reader.put(("resources", "memory_gb"), loc, _size(reader, loc, value))
+    elif key == "disk_size":
+        reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
+    elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
+        reader.put(("resources", "use_spot"), loc, value)
+    elif key in ("cloud", "infra"):
+        cloud = str(value).split("/")[0].lower()
+        if cloud not in CLOUDS:
+            fix = "remove it, and choose with `submit --up GPU --provider`"
+            raise reader.refuse(loc, f"gpujob rents on Lambda and Vast, not {value}", fix)
+        reader.out.warnings.append(f"{reader.where(*loc)}: resources.{key}: the cloud is "
+                                   "chosen at `submit --up GPU --provider`")  # fmt: skip
+    elif key == "autostop" and value is not False:
+        reader.put(("resources", "autostop"), loc, _autostop(reader, loc, value))
 
 
 def _accelerators(reader: _Reader, loc: Path_, value: Any) -> str:
@@ -348,10 +381,11 @@ def _autostop(reader: _Reader, loc: Path_, value: Any) -> dict[str, Any]:
             return {"idle_minutes": seconds / 60, "down": False}
     if isinstance(value, Mapping):
         for key in value:
-            reader.known((*loc, str(key)), AUTOSTOP_KEYS, ())
-            if key in ("hook", "hook_timeout"):
-                raise reader.refuse((*loc, str(key)), "gpujob's host watcher runs no hook "
-                                    "before it ends the host", "remove it")  # fmt: skip
+            with reader.collect():
+                reader.known((*loc, str(key)), AUTOSTOP_KEYS, ())
+                if key in ("hook", "hook_timeout"):
+                    raise reader.refuse((*loc, str(key)), "gpujob's host watcher runs no hook "
+                                        "before it ends the host", "remove it")  # fmt: skip
         wait_for = value.get("wait_for", AUTOSTOP_WAIT)
         if wait_for != AUTOSTOP_WAIT:
             raise reader.refuse(

@@ -173,3 +173,22 @@ def test_a_task_without_workdir_ships_nothing(tmp_path: Path) -> None:
     assert "  sync  " not in done.stdout and str(tmp_path / ".ssh") not in done.stdout
     job_dir = next(line.split()[-1] for line in done.stdout.splitlines() if "job dir" in line)
     assert f"mkdir -p {job_dir}/workdir\n" in done.stdout
+
+
+def test_every_refusal_of_a_task_is_shown_at_once_sorted_by_line(tmp_path: Path) -> None:
+    """Refusals and the spec's own validation errors together, one line each, by line: a
+    task with many problems takes one try."""
+    path = task(tmp_path, "service: {replicas: 2}\nnum_nodes: 0\nworkdri: .\nenvs:\n"
+                "  SKYPILOT_NODE_RANK: 3\nsecrets:\n  HF_TOKEN: hf_here\nresources:\n"
+                "  cloud: aws\n  use_spot: maybe\n  image_id: ami-1\nfile_mounts:\n"
+                "  /data: s3://b/d\n" + RUN)  # fmt: skip
+    done = dry_run(path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    errors = done.stderr.splitlines()
+    fields = [(1, "service"), (2, "nodes"), (3, "workdri"), (5, "envs.SKYPILOT_NODE_RANK"),
+              (7, "secrets.HF_TOKEN"), (9, "resources.cloud"), (10, "resources.use_spot"),
+              (11, "resources.image_id"), (13, "file_mounts./data")]  # fmt: skip
+    assert [e.split(": ")[2:4] for e in errors] == [
+        [f"{path}:{line}", field] for line, field in fields
+    ], done.stderr
+    assert not (tmp_path / "state").exists()
