@@ -58,6 +58,10 @@ class Resources(StrictModel):
     autostop: AutostopSpec | None = Field(
         default=None, description="For hosts `submit --up` rents; `up --autostop` for others."
     )
+    max_hourly_cost: float | None = Field(
+        default=None, gt=0,
+        description="`submit --up`: highest $/hour per host (SkyPilot's name; --max-price wins).",
+    )  # fmt: skip
     use_spot: bool = Field(
         default=False,
         description="`submit --up` rents interruptible hosts at a bid (Vast; refused on Lambda, "

@@ -47,7 +47,10 @@ class LoadedSpec:
         return _origin_of(self.origins, loc, str(self.path))
 
 
-def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
+def load_job_spec(
+    path: str | Path, sets: list[str] | tuple[str, ...] = (), *, up: str | None = None
+) -> LoadedSpec:
+    """`up`: `submit --up GPU`, which picks a SkyPilot task's candidate of that GPU."""
     path = Path(path)
     data, lines = read_yaml(
         path,
@@ -58,7 +61,7 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
     translation = None
     if skypilot.is_task(data):
-        translation = skypilot.translate(data, origins, str(path), os.environ, os.getcwd())
+        translation = skypilot.translate(data, origins, str(path), os.environ, os.getcwd(), up)
         data, origins = translation.data, translation.origins
 
     overrides = [_parse_set(item) for item in sets]

@@ -61,8 +61,6 @@ def test_the_dry_run_shows_the_translation_line_by_line(tmp_path: Path) -> None:
     [
         ("service: {replicas: 2}\n", 1, "service"),
         ("resources:\n  use_spot: maybe\n", 2, "resources.use_spot"),
-        ("resources:\n  cloud: aws\n", 2, "resources.cloud"),
-        ("resources:\n  accelerators: [A100, H100]\n", 2, "resources.accelerators"),
         ("resources:\n  image_id: ami-0123\n", 2, "resources.image_id"),
         ("secrets:\n  HF_TOKEN: hf_written_here\n", 2, "secrets.HF_TOKEN"),
         ("file_mounts:\n  /data: s3://bucket/data\n", 2, "file_mounts./data"),
@@ -180,13 +178,13 @@ def test_every_refusal_of_a_task_is_shown_at_once_sorted_by_line(tmp_path: Path)
     task with many problems takes one try."""
     path = task(tmp_path, "service: {replicas: 2}\nnum_nodes: 0\nworkdri: .\nenvs:\n"
                 "  SKYPILOT_NODE_RANK: 3\nsecrets:\n  HF_TOKEN: hf_here\nresources:\n"
-                "  cloud: aws\n  use_spot: maybe\n  image_id: ami-1\nfile_mounts:\n"
+                "  cloud: aws\n  use_spot: maybe\n  image_id: ami-1\nfile_mounts:\n"  # aws: warned
                 "  /data: s3://b/d\n" + RUN)  # fmt: skip
     done = dry_run(path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     errors = done.stderr.splitlines()
     fields = [(1, "service"), (2, "nodes"), (3, "workdri"), (5, "envs.SKYPILOT_NODE_RANK"),
-              (7, "secrets.HF_TOKEN"), (9, "resources.cloud"), (10, "resources.use_spot"),
+              (7, "secrets.HF_TOKEN"), (10, "resources.use_spot"),
               (11, "resources.image_id"), (13, "file_mounts./data")]  # fmt: skip
     assert [e.split(": ")[2:4] for e in errors] == [
         [f"{path}:{line}", field] for line, field in fields
