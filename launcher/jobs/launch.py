@@ -58,7 +58,8 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.spec.load import load_job_spec
     from launcher.state.owner import user_name
 
-    loaded = load_job_spec(request.spec_path, request.sets, up=request.up)
+    loaded = load_job_spec(request.spec_path, request.sets, up=request.up,
+                           envs=tuple(request.envs), secrets=tuple(request.secrets))  # fmt: skip
     spec = loaded.spec
     _say_translation(loaded, request.dry_run)
     if spec.resources.use_spot and not request.up:  # only a rental is ever interruptible

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
+from launcher.spec.env_flags import apply_env_flags, provided
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
 from launcher.spec.skypilot import Translation
@@ -48,9 +49,15 @@ class LoadedSpec:
 
 
 def load_job_spec(
-    path: str | Path, sets: list[str] | tuple[str, ...] = (), *, up: str | None = None
+    path: str | Path,
+    sets: list[str] | tuple[str, ...] = (),
+    *,
+    up: str | None = None,
+    envs: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
 ) -> LoadedSpec:
-    """`up`: `submit --up GPU`, which picks a SkyPilot task's candidate of that GPU."""
+    """`up`: `submit --up GPU`, which picks a SkyPilot task's candidate of that GPU; `envs`
+    and `secrets`: `submit --env`/`--secret` (spec/env_flags.py)."""
     path = Path(path)
     data, lines = read_yaml(
         path,
@@ -60,11 +67,14 @@ def load_job_spec(
     )
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
     translation = None
-    if skypilot.is_task(data):
-        translation = skypilot.translate(data, origins, str(path), os.environ, os.getcwd(), up)
-        data, origins = translation.data, translation.origins
-
     overrides = [_parse_set(item) for item in sets]
+    if skypilot.is_task(data):
+        given = provided(envs, secrets, [key for key, _ in overrides])
+        translation = skypilot.translate(
+            data, origins, str(path), os.environ, os.getcwd(), up, given
+        )
+        data, origins = translation.data, translation.origins
+    apply_env_flags(data, origins, envs, secrets, os.environ)
     for key, _ in overrides:
         flag = f"--set {'.'.join(map(str, key))}"
         origins[key] = flag

@@ -83,6 +83,7 @@ def translate(
     environ: Mapping[str, str],
     cwd: str,
     up: str | None = None,
+    given: Collection[str] = (),
 ) -> Translation:
     """`environ` gives `null` envs and `~`; `cwd` is what a relative `workdir` starts from,
     as for `sky launch` (SkyPilot reads it against its own current folder, not the task's).
@@ -103,7 +104,7 @@ def translate(
         reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
     envs: dict[str, str] = {}
     with reader.collect():
-        envs = _envs(reader, environ)
+        envs = _envs(reader, environ, given)
     if "workdir" not in data:
         reader.put(("workdir",), ("workdir",), None, given=False)
     else:
@@ -132,7 +133,7 @@ def translate(
     if envs:
         reader.put(("envs",), ("envs",), envs)
     with reader.collect():
-        secrets = _secrets(reader)
+        secrets = _secrets(reader) + reader.null_secrets
         if secrets:
             reader.put(("secrets",), ("secrets",), secrets)
     if data.get("file_mounts"):
@@ -155,6 +156,8 @@ class _Reader:
     out: Translation
     up: str | None = None
     """`submit --up GPU`: a task's candidate of that GPU is taken (sky_resources.py)."""
+    null_secrets: list[str] = field(default_factory=list)
+    """`NAME: null` envs taken from this environment: secrets."""
 
     def where(self, *loc: str) -> str:
         for end in range(len(loc), 0, -1):
@@ -240,8 +243,10 @@ def _image(reader: _Reader) -> str:
     raise reader.refuse(("resources", "image_id"), "a cloud's VM image", fix)
 
 
-def _envs(reader: _Reader, environ: Mapping[str, str]) -> dict[str, str]:
-    """SkyPilot's conversions: values through `str()` (`true` -> `True`), `null` required."""
+def _envs(reader: _Reader, environ: Mapping[str, str], given: Collection[str]) -> dict[str, str]:
+    """SkyPilot's conversions: values through `str()` (`true` -> `True`), `null` required:
+    given on the command line (`--env`, `--secret`, `--set envs.NAME=`), else taken from
+    this environment as a secret (a token, most often: masked, never in a 0644 file)."""
     envs = reader.data.get("envs") or {}
     if not isinstance(envs, Mapping):
         raise reader.refuse(("envs",), "it must be a mapping of NAME: value", "write one")
@@ -252,13 +257,20 @@ def _envs(reader: _Reader, environ: Mapping[str, str]) -> dict[str, str]:
             if reserved:
                 raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
             if value is None:
+                where = reader.where("envs", str(name))
+                if name in given:
+                    continue
                 if name not in environ:
                     raise UsageError(
-                        f"{reader.where('envs', str(name))}: envs.{name}: required (null in "
-                        f"the task, as SkyPilot's `--env {name}`): export {name} before "
-                        "submitting"
+                        f"{where}: envs.{name}: required (null in the task): export {name}, "
+                        f"or give --env {name}=VALUE or --secret {name}=VALUE"
                     )
-                value = environ[name]
+                reader.null_secrets.append(str(name))
+                reader.out.notes.append(
+                    f"{where}: envs.{name}: null -> secrets: {name} (taken "
+                    "from your environment: masked, never in a 0644 file)"
+                )
+                continue
             out[str(name)] = str(value)
     return out
 

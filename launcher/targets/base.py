@@ -76,6 +76,10 @@ class LaunchRequest:
     """A recovery's restart number (supervise/recover_loop.py): the job's record is reused."""
     resume_from: str | None = None
     """The checkpoint a recovery pulls onto the new head (GPUJOB_RESUME_FROM)."""
+    envs: tuple[str, ...] = ()
+    """`--env K=V`, `--env K` (from this environment), `--env-file` lines (spec/env_flags.py)."""
+    secrets: tuple[str, ...] = ()
+    """`--secret K[=V]`: names only; the values are in this process's environment."""
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,9 @@ def test_skypilots_fields_become_gpujobs_with_its_conversions(tmp_path: Path) ->
     assert (spec.name, spec.image, spec.nodes) == ("mingpt-ddp", "reg.example/img:1", 2)
     assert spec.resources.accelerators == "L4:2" and spec.resources.cpus == 4
     assert spec.resources.disk_gb == 64 and spec.resources.autostop.idle_minutes == 600
-    assert spec.envs == {"FLAG": "True", "MODEL": "from-env"}  # SkyPilot's str(): True
-    assert spec.secrets == ["HF_TOKEN"] and spec.run.shell == "echo $SKYPILOT_NODE_RANK\n"
+    assert spec.envs == {"FLAG": "True"}  # SkyPilot's str(): True
+    # a null env taken from this environment is a secret: masked, never in a 0644 file
+    assert spec.secrets == ["HF_TOKEN", "MODEL"] and spec.run.shell == "echo $SKYPILOT_NODE_RANK\n"
 
 
 def test_the_dry_run_shows_the_translation_line_by_line(tmp_path: Path) -> None:
