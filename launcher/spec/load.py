@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
+from launcher.spec.both_worlds import own_spec_names, rclone_remotes
 from launcher.spec.env_flags import apply_env_flags, provided
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
@@ -75,6 +76,8 @@ def load_job_spec(
         )
         data, origins = translation.data, translation.origins
     apply_env_flags(data, origins, envs, secrets, os.environ)
+    refusals = list(translation.errors) if translation else own_spec_names(data, origins, str(path))
+    refusals += rclone_remotes(data, origins, str(path))
     for key, _ in overrides:
         flag = f"--set {'.'.join(map(str, key))}"
         origins[key] = flag
@@ -86,7 +89,6 @@ def load_job_spec(
     for key, value in overrides:
         _claim_replaced_parents(data, key, origins)
         _set_path(data, key, value)
-    refusals = translation.errors if translation else []
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:

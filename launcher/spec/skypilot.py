@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import UsageError
+from launcher.spec.both_worlds import GPUJOB_SECTIONS, keep_sections
 from launcher.spec.job import JobSpec, reserved_env
 from launcher.spec.sky_file_mounts import sky_file_mounts, sky_path
 from launcher.spec.sky_resources import sky_resources
@@ -90,7 +91,10 @@ def translate(
     A refusal is kept in `errors` and the translation goes on (`reader.collect()`)."""
     out = Translation({}, {})
     reader = _Reader(data, origins, filename, out, up)
+    keep_sections(data, origins, out.data, out.origins, out.notes)
     for key in data:
+        if key in GPUJOB_SECTIONS:
+            continue
         with reader.collect():
             reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
             if key in REFUSED:
