@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.errors import UsageError
+from launcher.errors import ManyUsageErrors, UsageError
 from launcher.plan.recovery import Policy
 from launcher.say import say
 from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
@@ -56,6 +56,7 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.plan.build import JOB_ID, Sources
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_job_spec
+    from launcher.spec.shell_hazards import script_hazards
     from launcher.state.owner import user_name
 
     loaded = load_job_spec(request.spec_path, request.sets, up=request.up,
@@ -66,6 +67,9 @@ def prepare(request: LaunchRequest) -> JobInput:
         where = "the --on hosts" if request.on else "this machine"
         say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
             f"effect without --up (nothing is rented); the job runs on {where}")  # fmt: skip
+    hazards = script_hazards(loaded)  # the script's batch arithmetic and merge, as written
+    if hazards:
+        raise ManyUsageErrors(hazards)
     policy = policy_for(request, loaded)  # refused before anything is rented
     if policy is not None and request.dry_run:
         events = ", ".join(policy.on)

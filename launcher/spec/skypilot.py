@@ -188,6 +188,9 @@ class _Reader:
         node[dst[-1]] = value
         where = self.where(*map(str, src)) if given else self.filename
         self.out.origins[dst] = where
+        if given:  # the lines inside it too (`envs.NAME`), for a later check's line
+            self.out.origins.update({(*dst, *loc[len(src):]): at for loc, at in
+                                     self.origins.items() if loc[: len(src)] == src})  # fmt: skip
         shown = value if not isinstance(value, str) or "\n" not in value else "(shell block)"
         shown = "null" if value is None else shown
         names = ".".join(map(str, src)) if given else f"(no {'.'.join(map(str, src))})"
