@@ -23,6 +23,7 @@ from launcher.spec.both_worlds import GPUJOB_SECTIONS, keep_sections
 from launcher.spec.job import JobSpec, reserved_env
 from launcher.spec.sky_file_mounts import sky_file_mounts, sky_path
 from launcher.spec.sky_resources import sky_resources
+from launcher.spec.sky_unsupported import git_workdir, sky_config
 from launcher.spec.yaml_lines import Path_
 
 SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", "secrets",
@@ -30,17 +31,18 @@ SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", 
 SKY_RESOURCES = {"cloud", "infra", "disk_size", "image_id", "use_spot", "instance_type",
                  "gpus", "memory", "region", "zone", "ports", "labels"}  # fmt: skip
 REFUSED = {
-    "config": "task-level SkyPilot config (docker run options, hooks, cloud settings)",
-    "service": "SkyServe serving",
+    "service": "SkyServe (replicas behind a load balancer)",
     "pool": "worker pools of managed jobs",
     "volumes": "cloud volumes",
     "managed_secrets": "a server-side secrets provider",
     "event_callback": "the managed-jobs controller's callbacks",
 }
+SERVICE_FIX = ("gpujob runs jobs, not services: serve with SkyPilot, or run the server in "
+               "`run:` and reach it with `gpujob ssh`")  # fmt: skip
 IGNORED = {"api_server_access", "inputs", "outputs", "_metadata", "volume_mounts",
            "file_mounts_mapping"}  # fmt: skip
 TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts",
-             "setup", "run", *REFUSED, *IGNORED}  # fmt: skip
+             "setup", "run", "config", *REFUSED, *IGNORED}  # fmt: skip
 """SkyPilot 0.14.1's top-level task keys (skypilot-task.md §1.2)."""
 GPUJOB_ONLY = set(JobSpec.model_fields) - TASK_KEYS
 DEFAULTS = {
@@ -98,7 +100,8 @@ def translate(
         with reader.collect():
             reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
             if key in REFUSED:
-                raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", "remove it")
+                fix = SERVICE_FIX if key == "service" else "remove it"
+                raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", fix)
             if key in IGNORED:
                 out.warnings.append(f"{reader.where(key)}: {key}: SkyPilot-only; ignored")
     stem = re.sub(r"[^a-z0-9_.-]+", "-", str(data.get("name") or _stem(filename)).lower())
@@ -114,8 +117,7 @@ def translate(
     else:
         with reader.collect():
             if not isinstance(data["workdir"], str):
-                raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
-                                    "clone it in `setup:`, or give a local folder")  # fmt: skip
+                git_workdir(reader)
             workdir = sky_path(data["workdir"], envs, environ, cwd)
             why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
             reader.put(("workdir",), ("workdir",), workdir, why=why)
@@ -140,6 +142,9 @@ def translate(
         secrets = _secrets(reader) + reader.null_secrets
         if secrets:
             reader.put(("secrets",), ("secrets",), secrets)
+    if "config" in data:
+        with reader.collect():
+            sky_config(reader)
     if data.get("file_mounts"):
         with reader.collect():
             sky_file_mounts(reader, envs, environ, cwd)
