@@ -159,6 +159,11 @@ def _resource(reader: Reader, key: str, loc: Path_, value: Any) -> None:
         reader.put(("resources", "use_spot"), loc, value)
     elif key == "max_hourly_cost":
         reader.put(("resources", "max_hourly_cost"), loc, value)
+    elif key == "image_id" and len(loc) > 2:  # a candidate's own VM image (any_of/ordered)
+        reader.out.warnings.append(
+            f"{where}: {'.'.join(map(str, loc))}: a VM image of that "
+            "candidate's cloud; ignored (the job's image is the task's)"
+        )
     elif key in PREFERENCES:
         reader.out.warnings.append(f"{where}: {'.'.join(map(str, loc))}: {_preference(value)}")
     elif key == "autostop" and value is not False:
