@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,26 @@ def _end_live_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     from launcher.remote.openssh import close_state as close
 
     close(state)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """`small_disk("2m")`: a real tmpfs of that size (a folder of tmp_path, or `at`, made
+    if missing), unmounted after the test (root)."""
+    assert os.geteuid() == 0, "these tests mount a tmpfs: run them as root"
+    mounted: list[Path] = []
+
+    def mount(size: str, at: Path | None = None) -> Path:
+        point = at or tmp_path / f"disk-{len(mounted)}"
+        point.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+                       check=True)  # fmt: skip
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 @pytest.fixture

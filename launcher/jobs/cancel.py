@@ -23,6 +23,10 @@ def cancel_job(job: JobRecord, grace_s: float) -> None:
     if cancel_recovering(job.id):  # its hosts are being replaced: none to ask
         return
     cancelled = target_for(job).cancel(job, grace_s)
+    if _under_recovery(job):  # the user's word: no restart, whatever the agents answered
+        StateDB().update_job(job.id, JobState.CANCELLED)
+        say(f"{cancelled.line}; its recovery controller makes no restart and ends its hosts")
+        return
     answers = cancelled.answers
     if answers and all(a.get("state") for a in answers):  # each agent's end, as it recorded it
         state = record_job_state(StateDB(), job, answers)[0]
@@ -32,6 +36,17 @@ def cancel_job(job: JobRecord, grace_s: float) -> None:
     elif answers:  # an agent that printed no status
         StateDB().update_job(job.id, JobState.CANCELLED)
     say(cancelled.line)
+
+
+def _under_recovery(job: JobRecord) -> bool:
+    """A job whose recovery controller has not finished: its cancel is recorded `cancelled`
+    whatever the agents answered (a node reading `lost` or `failed` would otherwise be
+    rented again and restarted after the user cancelled it); the controller sees that
+    word, lets the agents ship what is left and terminates the job's hosts."""
+    from launcher.state.recovery import RecoveryDB
+
+    record = RecoveryDB().get(job.id)
+    return record is not None and not record.over
 
 
 def cancel_recovering(job_id: str) -> bool:

@@ -201,7 +201,7 @@ class Target(Protocol):
     def cancel(self, job: JobRecord, grace_s: float) -> Cancelled:
         """Stop every node: each agent's answer (its node's end, as it recorded it), or the
         line that says how it ended where the target records the end itself (a cluster's job
-        may have ended first). Was: the line that says how it ended. Records the end itself where
+        may have ended first). Records the end itself where
         the target knows better than "cancelled" (a cluster's job may have ended first)."""
         ...
 
@@ -260,5 +260,10 @@ def target_for_request(request: LaunchRequest, rent: Rent | None = None) -> Targ
     if request.on and request.up:
         raise UsageError("give --on or --up, not both")
     if request.up:
+        from launcher.clouds.registry import CLOUDS
+
+        if request.provider not in CLOUDS:
+            raise UsageError(f"--provider {request.provider}: not a cloud gpujob rents from",
+                             f"one of: {', '.join(sorted(CLOUDS))}")  # fmt: skip
         return _of_kind(request.provider, rent)
     return _of_kind("ssh" if request.on else "local")

@@ -146,12 +146,16 @@ class HostsTarget:
         try:
             first_reads = apply_plan(plan, submission.placed.connections, say, starts)
         except BaseException:
-            if starts.may_run:  # a start went out unanswered or ran: its agent says, next time
+            # A start went out unanswered or ran: its agent says, next time. Not on rented
+            # hosts: the command's way out terminates them, so the job cannot run on.
+            if starts.may_run and not self.traits.rents_hosts:
                 ranks = ", ".join(map(str, starts.may_run))
                 db.update_job(job_id, JobState.STARTING,
                               last_line=f"the start may have reached node(s) {ranks}")  # fmt: skip
             else:
-                db.update_job(job_id, JobState.FAILED, exit_code=1, last_line="failed to start")
+                gone = "; its hosts are terminated" if self.traits.rents_hosts else ""
+                db.update_job(job_id, JobState.FAILED, exit_code=1,
+                              last_line=f"failed to start{gone}")  # fmt: skip
             raise
         kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
         db.update_job(job_id, JobState.RUNNING)

@@ -8,31 +8,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 SPEC = "name: t\nimage: host\nrun:\n  entrypoint: train.py\n"
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """`small_disk("2m")`: a tmpfs of that size; `read_only=True` remounts it so."""
-    assert os.geteuid() == 0, "these tests mount a tmpfs: run them as root"
-    mounted: list[Path] = []
-
-    def mount(size: str) -> Path:
-        point = tmp_path / f"disk-{len(mounted)}"
-        point.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
-                       check=True)  # fmt: skip
-        mounted.append(point)
-        return point
-
-    yield mount
-    for point in mounted:
-        subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 def _damaged(db: Path) -> None:
