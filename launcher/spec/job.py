@@ -24,6 +24,7 @@ from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictMod
 from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, REMOTE_PATH, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
+from launcher.spec.shell_hazards import ChecksSpec
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
@@ -58,6 +59,10 @@ class Resources(StrictModel):
     autostop: AutostopSpec | None = Field(
         default=None, description="For hosts `submit --up` rents; `up --autostop` for others."
     )
+    max_hourly_cost: float | None = Field(
+        default=None, gt=0,
+        description="`submit --up`: highest $/hour per host (SkyPilot's name; --max-price wins).",
+    )  # fmt: skip
     use_spot: bool = Field(
         default=False,
         description="`submit --up` rents interruptible hosts at a bid (Vast; refused on Lambda, "
@@ -267,6 +272,11 @@ class JobSpec(StrictModel):
         "sets them (ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES always are).",
     )
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    checks: ChecksSpec = Field(
+        default_factory=ChecksSpec,
+        description="Hazard checks of `run:`/`setup:` (batch arithmetic of the envs, merge "
+        "guard); `off` silences one where gpujob is wrong.",
+    )
     recovery: RecoverySpec | None = Field(
         default=None, description="Restart on fresh hosts when a host is lost (`submit --up`)."
     )

@@ -80,6 +80,10 @@ class LaunchRequest:
     resume_path: str | None = None
     """`--resume-from REMOTE:prefix/run[/checkpoint-N]`: a checkpoint of another run (or of
     a flat prefix) the job starts from, pulled onto node 0's host (storage/resume.py)."""
+    envs: tuple[str, ...] = ()
+    """`--env K=V`, `--env K` (from this environment), `--env-file` lines (spec/env_flags.py)."""
+    secrets: tuple[str, ...] = ()
+    """`--secret K[=V]`: names only; the values are in this process's environment."""
 
 
 @dataclass(frozen=True)
