@@ -41,6 +41,7 @@ from stopping import (
     STATUS,
     cancel,
     log_line,
+    record_cancelled_unstarted,
     record_never_started,
     start_missed,
     status_of,
@@ -69,6 +70,8 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
         status = read_json(node_dir / STATUS)
         if not status and start_missed(node_dir, read_json(node_dir / "job.json")):
             status = record_never_started(node_dir)  # status said so already, or may have
+        if not status and (node_dir / "cancel-requested").exists():  # a client gave it up
+            status = record_cancelled_unstarted(node_dir)
         answer = _no_start(status, given)
         if answer is None:
             write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})

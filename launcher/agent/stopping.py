@@ -196,6 +196,15 @@ def record_never_started(node_dir: Path) -> dict[str, Any]:
     return status
 
 
+def record_cancelled_unstarted(node_dir: Path) -> dict[str, Any]:
+    """`cancelled`, never started, for good: a start that comes later refuses (agent.start).
+    Called under the node lock."""
+    status = {"state": CANCELLED, "never_started": True, "reason": "cancelled before it started",
+              "ended_at": time.time()}  # fmt: skip
+    write_json(node_dir / STATUS, status)
+    return status
+
+
 def log_line(node_dir: Path, text: str) -> None:
     """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
     config = read_json(node_dir / "job.json")
@@ -222,10 +231,7 @@ def cancel(node_dir: Path, grace_s: float, agent_gone: bool = False) -> int:
     if step == NEVER_STARTED:
         with node_lock(node_dir):  # a start checks and writes under it too (agent.start)
             if not read_json(node_dir / STATUS).get("state"):
-                write_json(node_dir / STATUS, {"state": CANCELLED, "never_started": True,
-                                               "reason": "cancelled before it started",
-                                               "ended_at": time.time()})  # fmt: skip
-                return _say(read_json(node_dir / STATUS))
+                return _say(record_cancelled_unstarted(node_dir))
         return cancel(node_dir, grace_s, agent_gone)  # the start came first: stop it
     if step == ASK_SUPERVISOR:
         # a `docker run` still under way after _settled's wait: the planned name; the

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.errors import GpujobError
-from launcher.jobs.lifecycle import failed_to_start, settle
+from launcher.jobs.lifecycle import failed_to_start, never_started, settle, settle_unstarted
 from launcher.jobs.state import JobState, is_terminal, record_job_state
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
@@ -27,7 +27,7 @@ def cancel_job(job: JobRecord, grace_s: float) -> None:
     if cancel_recovering(job.id):  # its hosts are being replaced: none to ask
         return
     job = settle(StateDB(), job, START_WAIT_S)  # a start in progress or interrupted, resolved
-    if failed_to_start(job) and not job.unconfirmed:
+    if failed_to_start(job) and _never_started_on_nodes(job):
         say(f"job {job.id} never started ({job.last_line}); nothing to cancel")
         return
     cancelled = target_for(job).cancel(job, grace_s)
@@ -44,6 +44,15 @@ def cancel_job(job: JobRecord, grace_s: float) -> None:
     elif answers:  # an agent that printed no status
         StateDB().update_job(job.id, JobState.CANCELLED)
     say(cancelled.line)
+
+
+def _never_started_on_nodes(job: JobRecord) -> bool:
+    """The agents' own word, asked whatever the record says: every node never started (a
+    node with no status yet is cancelled first, so a start that comes later refuses)."""
+    statuses = target_for(job).statuses(job)
+    if statuses is None:  # a host did not answer: the target's cancel says so
+        return False
+    return all(never_started(s) for s in settle_unstarted(job, statuses))
 
 
 def _under_recovery(job: JobRecord) -> bool:

@@ -26,12 +26,44 @@ STOP_GRACE_S = 10.0
 
 
 def never_started(status: NodeStatus) -> bool:
-    """A node with no agent status: no agent file, no status.json, or its agent's own word
-    that the start never reached it (`never started`)."""
-    state = status.get("state")
-    if state in (None, JobState.UNKNOWN):
-        return True
-    return state == JobState.FAILED and "never started" in str(status.get("reason") or "")
+    """The agent's own word that the job never started on the node (its `never_started`
+    field: cancelled before its start, or its start window passed), for good: a start that
+    comes later refuses. A node with no status yet is not: its start may still come."""
+    return bool(status.get("never_started"))
+
+
+def undecided(status: NodeStatus) -> bool:
+    """No status yet: the agent's file may be there (its environment builds; a node of
+    several waits for its start) or not yet; a start may still come."""
+    return status.get("state") in (None, JobState.UNKNOWN) and not never_started(status)
+
+
+def settle_unstarted(job: JobRecord, statuses: list[NodeStatus]) -> list[NodeStatus]:
+    """Each node's status once no start can come any more: before a client records that a
+    job never started, every node with no status yet is cancelled by its agent (it records
+    `cancelled`, never started, under its node lock; a start that comes later refuses), and
+    a node folder without an agent gets `cancel-requested` (the agent's start refuses it).
+    A node whose start came first answers as the cancel stopped it."""
+    from launcher.targets.base import NO_AGENT, close_all, target_for
+    from launcher.targets.hosts import last_json
+
+    if not any(undecided(status) for status in statuses):
+        return statuses
+    settled = list(statuses)
+    nodes = target_for(job).nodes(job)
+    try:
+        for node in nodes:
+            if not undecided(statuses[node.rank]):
+                continue
+            if statuses[node.rank].get("reason") == NO_AGENT:  # touch fails where no folder
+                node.connection.run(["touch", f"{node.node_dir}/cancel-requested"])
+                settled[node.rank] = NodeStatus(state=JobState.UNKNOWN, reason=NO_AGENT,
+                                                never_started=True)  # fmt: skip
+            else:
+                settled[node.rank] = last_json(node.cancel(STOP_GRACE_S).stdout)
+    finally:
+        close_all([node.connection for node in nodes])
+    return settled
 
 
 def abandoned(job: JobRecord) -> bool:

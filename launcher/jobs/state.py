@@ -128,7 +128,12 @@ def refresh(db: StateDB, job: JobRecord) -> Seen:
     could not ask its agents (`unconfirmed`), is asked through its target and what its nodes
     say is recorded; a host that does not answer shows `unreachable`, the record kept. A job
     whose submit died before its nodes started is resolved (lifecycle.py)."""
-    from launcher.jobs.lifecycle import abandoned, never_started, resolve_abandoned
+    from launcher.jobs.lifecycle import (
+        abandoned,
+        never_started,
+        resolve_abandoned,
+        settle_unstarted,
+    )
     from launcher.targets.base import target_for
 
     recorded = Seen(job.state, job.exit_code, job.last_line)
@@ -138,6 +143,8 @@ def refresh(db: StateDB, job: JobRecord) -> Seen:
     if statuses is None:  # a host did not answer
         unreachable = Seen(JobState.UNREACHABLE, job.exit_code, job.last_line)
         return recorded if job.terminal else unreachable
+    if job.terminal or abandoned(job):  # a start that may still come is refused first
+        statuses = settle_unstarted(job, statuses)
     if job.terminal:  # an end the agents never confirmed: do they say otherwise?
         if all(never_started(s) for s in statuses):
             db.update_job(job.id, job.state)  # confirmed: nothing ever ran

@@ -35,3 +35,5 @@ class NodeStatus(TypedDict, total=False):
     pid: int | None
     container: str | None
     slurm: str
+    never_started: bool
+    had_ended: bool

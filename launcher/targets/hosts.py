@@ -228,7 +228,7 @@ class HostsTarget:
                 if not result.ok:
                     said = result.stderr.strip() or result.stdout.strip()
                     failures.append(f"node {node.rank}: {said[-200:]}")
-                answers.append(_last_json(result.stdout))
+                answers.append(last_json(result.stdout))
         finally:
             close_all([node.connection for node in nodes])
         if failures:
@@ -239,7 +239,7 @@ class HostsTarget:
         return []
 
 
-def _last_json(stdout: str) -> NodeStatus:
+def last_json(stdout: str) -> NodeStatus:
     """The agent's answer: the last line it printed, a JSON status (empty if none)."""
     import json
 

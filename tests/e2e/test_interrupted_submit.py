@@ -13,6 +13,7 @@ import random
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -127,3 +128,43 @@ def test_an_end_recorded_without_the_agents_is_refreshed(
         assert conn.execute("SELECT unconfirmed FROM jobs WHERE id='never'").fetchone() == (0,)
     cancel = gpujob(state, "cancel", "never")
     assert cancel.returncode == 0 and b"never started" in cancel.stderr, cancel.stderr
+
+
+def test_a_start_that_comes_after_the_verdict_refuses(
+    state: dict[str, str], tmp_path: Path
+) -> None:
+    """A client's "failed to start" verdict with a node whose agent has no status yet (its
+    environment builds; the batch with its start goes on on the host): the next `status`
+    cancels the node through its agent before confirming, so the start that comes later
+    refuses and nothing runs; `cancel` asks the agents and says it never started. A node
+    folder given up before its agent came (`cancel-requested`) refuses its start too."""
+    spec = write_job(tmp_path, SLEEPER)
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "ran").returncode == 0
+    jobs = Path(state["GPUJOB_STATE_DIR"]) / "jobs"
+    late, given_up = jobs / "ran" / "node-late", jobs / "ran" / "node-given-up"
+    for node in (late, given_up):
+        node.mkdir()
+        for name in ("job.json", "run.sh"):
+            (node / name).write_bytes((jobs / "ran" / "node-0" / name).read_bytes())
+    (given_up / "cancel-requested").touch()
+    db = Path(state["GPUJOB_STATE_DIR"]) / "state.db"
+    with sqlite3.connect(db) as conn:  # what hosts.py records when the start's answer is lost
+        conn.execute("CREATE TEMP TABLE t AS SELECT * FROM jobs WHERE id='ran'")
+        conn.execute("UPDATE t SET id='late', state='failed', exit_code=1, unconfirmed=1,"
+                     " last_line='failed to start', ended_at=1, node_dirs=?",
+                     (json.dumps([str(late)]),))  # fmt: skip
+        conn.execute("INSERT INTO jobs SELECT * FROM t")
+    assert gpujob(state, "cancel", "ran").returncode == 0
+    rows = {r["id"]: r for r in json.loads(gpujob(state, "status", "--json").stdout)["jobs"]}
+    assert rows["late"]["state"] == "failed", rows["late"]
+    said = json.loads((late / "status.json").read_text())
+    assert (said["state"], said["never_started"]) == ("cancelled", True), said
+    for node in (late, given_up):  # the start the batch still sends
+        agent = [sys.executable, str(jobs / "ran" / "gpujob-agent.py"), "start", str(node)]
+        start = subprocess.run(agent, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        assert start.returncode == 1, start.stdout
+        assert json.loads(start.stdout)["never_started"], start.stdout
+    cancel = gpujob(state, "cancel", "late")
+    assert cancel.returncode == 0 and b"never started" in cancel.stderr, cancel.stderr
+    wait_for(lambda: not job_processes(-1, jobs), timeout=20)
+    assert not (late / "job.log").exists() or b"hello" not in (late / "job.log").read_bytes()
