@@ -46,6 +46,39 @@ CREATE TABLE IF NOT EXISTS log_offsets (
 );
 """
 
+ADDED = (("logs_to", "TEXT"), ("scheduler_job", "TEXT"), ("starter", "TEXT"),
+         ("unconfirmed", "INTEGER"))  # fmt: skip
+"""Nullable columns added after the first layout, each added where a db lacks it."""
+JOB_COLUMNS = ("id", "name", "spec_path", "provider", "runtime", "hosts", "node_dirs", "state",
+               "exit_code", "created_at", "ended_at", "last_line", "logs_to", "scheduler_job",
+               "starter", "unconfirmed")  # fmt: skip
+"""Named in every INSERT and SELECT: a db whose columns are in another order still works."""
+SELECT_JOBS = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
+
+
+def add_columns(conn: sqlite3.Connection) -> None:
+    """Each missing column added on its own, in one write transaction that reads the table
+    again (`BEGIN IMMEDIATE`): a process killed between two adds leaves a db the next one
+    completes, and two processes migrating at once both go on ("duplicate column" is the
+    other one's add, already there)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if all(name in have for name, _ in ADDED):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        for name, kind in ADDED:
+            if name not in have:
+                try:
+                    conn.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as err:
+                    if "duplicate column" not in str(err):
+                        raise
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
 
 @dataclass(frozen=True)
 class JobRecord:
@@ -92,14 +125,7 @@ class StateDB:
                 if not self._schema_ready:  # once per instance: a follow writes per read
                     version = check_version(conn, self.path)
                     conn.executescript(SCHEMA)
-                    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-                    if "logs_to" not in columns:  # a state db from before logs were shipped
-                        conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
-                    if "scheduler_job" not in columns:  # a state db from before SLURM
-                        conn.execute("ALTER TABLE jobs ADD COLUMN scheduler_job TEXT")
-                    if "starter" not in columns:  # schema 1: no record of who starts a job
-                        conn.execute("ALTER TABLE jobs ADD COLUMN starter TEXT")
-                        conn.execute("ALTER TABLE jobs ADD COLUMN unconfirmed INTEGER")
+                    add_columns(conn)
                     mark_version(conn, version)
                     self._schema_ready = True
                 with conn:
@@ -110,7 +136,8 @@ class StateDB:
     def add_job(self, job: JobRecord) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES"
+                f" ({', '.join('?' * len(JOB_COLUMNS))})",
                 (
                     job.id, job.name, job.spec_path, job.provider, job.runtime,
                     json.dumps(job.hosts), json.dumps(job.node_dirs), job.state,
@@ -163,7 +190,7 @@ class StateDB:
     def jobs(self, limit: int = 50) -> list[JobRecord]:
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)
+                SELECT_JOBS + " ORDER BY created_at DESC LIMIT ?", (limit,)
             ).fetchall()
         return [_record(row) for row in rows]
 
@@ -171,7 +198,7 @@ class StateDB:
         """By id, unique id prefix, or name (the newest job of that name)."""
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT * FROM jobs WHERE id = ? OR id LIKE ? OR name = ?"
+                SELECT_JOBS + " WHERE id = ? OR id LIKE ? OR name = ?"
                 " ORDER BY (id = ?) DESC, created_at DESC",
                 (reference, reference + "%", reference, reference),
             ).fetchall()

