@@ -74,7 +74,7 @@ def siblings(trained_on: str, recorded: bool = False) -> list[str]:
     `quantization_config` says it was quantized (QLoRA loading a 16-bit model in 4 bits),
     `trained_on` itself."""
     found = []
-    if recorded and not QUANTIZED.search(trained_on):
+    if recorded and trained_on.strip("/") and not QUANTIZED.search(trained_on):
         found.append(trained_on)
     stripped = SUFFIXES.sub("", trained_on)
     if stripped != trained_on and stripped.strip("/") and not QUANTIZED.search(stripped):
@@ -84,21 +84,26 @@ def siblings(trained_on: str, recorded: bool = False) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def is_sibling(candidate: str, names: list[str], *folders: Path) -> bool:
+def is_sibling(candidate: str, names: list[str]) -> bool:
     """`candidate` (merge.base) is one of `names`, compared as the Hub compares repo ids
-    (case aside); a folder base counts when its config.json's `_name_or_path` is one."""
-    wanted = {n.lower().rstrip("/") for n in names}
-    if candidate.lower().rstrip("/") in wanted:
-        return True
+    (case aside). Repo ids only: a folder's config.json `_name_or_path` is no proof (a full
+    fine-tune saved from the base carries that name, with other weights)."""
+    wanted = {n.lower().strip("/") for n in names if n.strip("/")}
+    return candidate.lower().strip("/") in wanted
+
+
+def folder_named(candidate: str, names: list[str], *folders: Path) -> str | None:
+    """The sibling's name a folder merge.base carries in its config.json (`_name_or_path`),
+    or None: such a folder is refused with a line saying to name the base by repo id."""
     here = Path(candidate)
     for place in [here] if here.is_absolute() else [f / candidate for f in folders]:
         try:
             named = json.loads((place / "config.json").read_text()).get("_name_or_path")
         except (OSError, ValueError, AttributeError):
             continue
-        if isinstance(named, str) and named.lower().rstrip("/") in wanted:
-            return True
-    return False
+        if isinstance(named, str) and is_sibling(named, names):
+            return named
+    return None
 
 
 def fixes(base: str, names: list[str] | None = None) -> str:
@@ -140,8 +145,16 @@ def refusal(adapter_dir: Path, merge_base: str, cwd: Path) -> str | None:
     if not found:
         return None
     names = siblings(trained_on, recorded is not None)
-    if merge_base and is_sibling(merge_base, names, cwd, adapter_dir):
+    if merge_base and is_sibling(merge_base, names):
         return None  # QLoRA's own fix: the 16-bit sibling of the base it was trained on
+    named = folder_named(merge_base, names, cwd, adapter_dir) if merge_base else None
+    if named:
+        return (
+            f"{config_file}: merge.base {merge_base} is a folder whose config.json names "
+            f"{named}, which does not show it holds that model's weights (a fine-tune "
+            f"saved from it carries the same name): name the 16-bit base by its repo id "
+            f"in merge.base ({named}), or keep the adapter separate (remove `merge:`)"
+        )
     trained = f"the adapter was trained on {trained_on}"
     what = (f"the adapter records a quantized base ({found})" if not trained_on
             else f"{trained} loaded quantized ({found})" if recorded

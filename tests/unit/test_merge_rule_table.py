@@ -34,12 +34,16 @@ CASES = [
     (QLORA, False, "mistralai/Mistral-7B-v0.1", "is not that base's 16-bit sibling"),
     ("meta-llama/Llama-2-7b-hf", True, "", "loaded quantized (bitsandbytes 4-bit), and merge."),
     ("org/model", False, "org/model-bnb-4bit", "would merge into org/model-bnb-4bit"),
+    ("", True, "/", "merge.base / is not that base's 16-bit sibling"),  # no name: no sibling
 ]
+FOLDER = "full-finetune"
+"""A folder merge.base whose config.json names the sibling: a full fine-tune saved from the
+16-bit base carries that `_name_or_path`, with other weights."""
 
 
 def adapter(work: Path, trained_on: str, recorded: bool) -> Path:
     folder = work / "lora"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     config: dict = {"base_model_name_or_path": trained_on, "peft_type": "LORA"}
     if recorded:
         config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
@@ -51,6 +55,22 @@ def adapter(work: Path, trained_on: str, recorded: bool) -> Path:
 def test_submit_and_the_host_give_the_same_verdict(
     gpujob: Callable, tmp_path: Path, trained_on: str, recorded: bool, merge_base: str,
     said: str | None,
+) -> None:  # fmt: skip
+    same_verdict(gpujob, tmp_path, trained_on, recorded, merge_base, said)
+
+
+def test_a_folder_named_as_the_sibling_is_refused(gpujob: Callable, tmp_path: Path) -> None:
+    base = tmp_path / "work" / FOLDER
+    base.mkdir(parents=True)
+    (base / "config.json").write_text(json.dumps({"_name_or_path": "unsloth/llama-3-8b"}))
+    merge_base = str(base)
+    said = f"merge.base {merge_base} is a folder whose config.json names unsloth/llama-3-8b"
+    same_verdict(gpujob, tmp_path, QLORA, False, merge_base, said, "name the 16-bit base by")
+
+
+def same_verdict(
+    gpujob: Callable, tmp_path: Path, trained_on: str, recorded: bool, merge_base: str,
+    said: str | None, fix: str = "merge into its 16-bit sibling",
 ) -> None:  # fmt: skip
     work = tmp_path / "work"
     folder = adapter(work, trained_on, recorded)
@@ -74,4 +94,4 @@ def test_submit_and_the_host_give_the_same_verdict(
     on_host = host.stdout.strip().split("[gpujob] merge refused: ", 1)[1]
     assert at_submit == on_host  # one rule, one line
     assert on_host.startswith(f"{folder}/adapter_config.json: ") and said in on_host
-    assert "merge into its 16-bit sibling" in on_host and "Traceback" not in host.stderr
+    assert fix in on_host and "Traceback" not in host.stderr
