@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import requests
@@ -33,6 +35,19 @@ RETRY_STATUS = {429: "rate limited", 502: "bad gateway", 503: "unavailable",
                 504: "gateway timeout"}  # fmt: skip
 ATTEMPTS = 6
 TIMEOUT_S = 60.0
+QUICK: ContextVar[float | None] = ContextVar("quick", default=None)
+"""Set by `quick_calls`: one try, within this many seconds."""
+
+
+@contextmanager
+def quick_calls(timeout_s: float) -> Iterator[None]:
+    """Calls inside are tried once, each within `timeout_s` (`status`: a cloud that hangs or
+    refuses is reported unverified at once, not retried for minutes)."""
+    token = QUICK.set(timeout_s)
+    try:
+        yield
+    finally:
+        QUICK.reset(token)
 
 
 def backoff_base() -> float:
@@ -113,11 +128,13 @@ class ApiClient:
     ) -> Any:
         """One API call with bounded retries. `creates`: a lost answer is not retried."""
         target = url or f"{self.base_url}{path}"
+        quick = QUICK.get()
+        attempts, timeout_s = (1, quick) if quick is not None else (ATTEMPTS, TIMEOUT_S)
 
         def once() -> Any:
             try:
                 reply = self.session.request(
-                    method, target, json=json, params=params, timeout=TIMEOUT_S
+                    method, target, json=json, params=params, timeout=timeout_s
                 )
             except requests.RequestException as error:
                 if creates:
@@ -133,7 +150,7 @@ class ApiClient:
 
         retrying = retry(
             retry=retry_if_exception(lambda e: isinstance(e, Retryable)),
-            stop=stop_after_attempt(ATTEMPTS),
+            stop=stop_after_attempt(attempts),
             wait=_wait,
             before_sleep=self._said,
             reraise=True,
@@ -143,7 +160,7 @@ class ApiClient:
         except Retryable as last:
             detail = self.describe_error(last.reply) if last.reply is not None else last.why
             raise ProviderError(
-                f"{self.provider}: {method} {path} still failing after {ATTEMPTS} tries: {detail}",
+                f"{self.provider}: {method} {path} still failing after {attempts} tries: {detail}",
                 "the cloud is busy or rate-limiting; try again in a minute",
             ) from None
         if not reply.ok:

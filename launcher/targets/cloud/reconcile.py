@@ -25,6 +25,8 @@ from launcher.state.readonly import HostsView
 ENDING = ("terminating", "terminated")
 """An instance in one of these has ended for its row, though the cloud lists it a while."""
 LAUNCH_GRACE_S = 120
+STATUS_TIMEOUT_S = 5.0
+"""`status` asks each cloud once, this long at most."""
 """A `launching` row the cloud has no instance for, older than this: its launch never
 reached the cloud (or what it made is gone already)."""
 
@@ -95,7 +97,10 @@ def not_ours(inst: Instance) -> UsageError:
 
 
 def reconcile(
-    provider: Provider, db: HostsDB | None = None, tagged: list[Instance] | None = None
+    provider: Provider,
+    db: HostsDB | None = None,
+    tagged: list[Instance] | None = None,
+    fresh_s: float = 0.0,
 ) -> Reconciliation:
     """Compare the cloud's tagged instances (`tagged`, else listed now) with the db; changes
     nothing (`record` applies the result)."""
@@ -106,6 +111,7 @@ def reconcile(
         {r.instance_id for r in db.hosts(provider.name, live_only=False) if r.instance_id},
         time.time(),
         read_owner(),
+        fresh_s,
     )
 
 
@@ -115,11 +121,14 @@ def compare(
     ever: set[str],
     now: float,
     owner: Owner | None = None,
+    fresh_s: float = 0.0,
 ) -> Reconciliation:
     """A `launching` row whose name the cloud carries is completed (its id was lost with the
     answer); an instance of ours no row names is reported, never silently ignored; a live row
     the cloud lacks is closed. `rows`: the live rows; `ever`: every id the db has held;
-    `owner`: this state's (None: it has launched nothing, so only the db's rows are ours)."""
+    `owner`: this state's (None: it has launched nothing, so only the db's rows are ours).
+    A row written within `fresh_s` is left: a fresh launch the cloud does not list yet
+    is not terminated."""
     found = Reconciliation()
     by_name = {r.name: r for r in rows}
     by_id = {r.instance_id: r for r in rows if r.instance_id}
@@ -143,7 +152,8 @@ def compare(
     live_ids = {i.id for i in tagged if i.status not in ENDING}  # terminating: billing stopped
     tagged_names = {i.name for i in found.ours}
     for row in rows:
-        if row.instance_id and row.instance_id not in live_ids:
+        fresh = now - max(row.created_at, row.updated_at) <= fresh_s
+        if row.instance_id and row.instance_id not in live_ids and not fresh:  # lists lag
             found.changes.append(RowChange(row.name, status="terminated"))
             found.vanished.append(row.name)
             found.gone.append(instance_key(row.provider, row.instance_id))
@@ -175,7 +185,9 @@ def for_status(db: HostsDB | None = None) -> set[str]:
     """`status`: each cloud with live hosts of ours recorded is asked once (one list call)
     and the db squared with it, so a host that ended itself (autostop) or was killed shows
     ended instead of running on at a growing cost. Returns the clouds that did not answer:
-    their rows are shown `unverified`, and status goes on."""
+    their rows are shown `unverified`, and status goes on. One try each, within
+    STATUS_TIMEOUT_S (http.quick_calls): a cloud that hangs does not hold `status` up."""
+    from launcher.clouds.http import quick_calls
     from launcher.clouds.registry import CLOUDS, get_provider
     from launcher.errors import GpujobError
     from launcher.say import say
@@ -184,7 +196,8 @@ def for_status(db: HostsDB | None = None) -> set[str]:
     unanswered = set()
     for name in sorted({host.provider for host in db.hosts()} & set(CLOUDS)):
         try:
-            found = reconcile(get_provider(name), db)
+            with quick_calls(STATUS_TIMEOUT_S):
+                found = reconcile(get_provider(name), db)
         except (GpujobError, OSError):  # no key, or the cloud did not answer
             unanswered.add(name)
             continue
