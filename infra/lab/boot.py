@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from infra.lab import network, state
+from infra.lab import naming, network, state
 from infra.lab.network import NETNS_DIR
 
 SSHD_CONFIG = """\
@@ -110,7 +110,7 @@ def dockerd_argv(name: str, sshd_pid: int | str) -> list[str]:
         "--data-root", str(root / "docker"), "--exec-root", str(root / "exec"),
         "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{docker_socket(name)}",
         "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
-        "--insecure-registry", f"{state.BRIDGE_ADDRESS}:5000",
+        "--insecure-registry", f"{naming.bridge_address()}:5000",
         "--cgroup-parent", name,
     ]  # fmt: skip
 
@@ -132,8 +132,8 @@ def _wire_report(name: str, address: str) -> str:
     missing address, a port off the bridge, a firewall rule or a starved machine apart."""
     probes = [
         ["ip", "-n", name, "-br", "addr"],
-        ["ip", "-br", "link", "show", "master", state.BRIDGE],
-        ["ip", "-br", "addr", "show", state.BRIDGE],
+        ["ip", "-br", "link", "show", "master", naming.bridge()],
+        ["ip", "-br", "addr", "show", naming.bridge()],
         ["ip", "netns", "exec", name, "ss", "-ltn"],
         ["iptables", "-S", "FORWARD"],
         ["ip", "neigh", "show", address],

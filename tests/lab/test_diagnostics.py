@@ -27,7 +27,7 @@ pytestmark = pytest.mark.lab
 backend, clouds, up_env, live = up_hosts.backend, up_hosts.clouds, up_hosts.env, up_hosts.live
 DEFINITIONS = Path(__file__).resolve().parents[2] / "launcher" / "images" / "definitions"
 
-HOST = "gjlab-diag"
+HOST = "diag"  # with the lab's prefix: gjlab-diag in the default lab
 BAD_PINS = ("name: bad\nbase: gpujob-lab/base:bookworm\npython: '3.11'\ntorch: 9.9.9\n"
             "cuda: cpu\nrequirements: []\n")  # fmt: skip
 """An image definition whose torch does not exist anywhere."""
@@ -138,7 +138,7 @@ def docker_box(lab: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     built = subprocess.run(["docker", "build", "-q", "-t", local, str(context)],
                            capture_output=True, text=True)  # fmt: skip
     assert built.returncode == 0, built.stderr
-    name = "gjlab-diagd"
+    name = "diagd"
     try:
         ref = registry.push(local, NO_BASH_TAG)
         host = infra.lab.create_host(name, docker=True)
@@ -148,7 +148,7 @@ def docker_box(lab: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield DockerBox(host, hosts_file, ref)
     finally:
         infra.lab.destroy_host(name)
-        for tag in (local, f"{registry.ADDRESS}/{NO_BASH_TAG}"):  # the tags; the base stays
+        for tag in (local, f"{registry.address()}/{NO_BASH_TAG}"):  # the tags; the base stays
             subprocess.run(["docker", "rmi", tag], capture_output=True)
 
 
@@ -193,7 +193,7 @@ def test_an_image_pull_that_fails_says_dockers_words_and_what_to_check(
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "train.py").write_text("print('never runs')\n")
     spec = tmp_path / "job.yaml"
-    image = f"{registry.ADDRESS}/gpujob-lab/no-such-image:1"
+    image = f"{registry.address()}/gpujob-lab/no-such-image:1"
     spec.write_text(f"name: diag\nimage: {image}\nworkdir: work\nrun: {{entrypoint: train.py}}\n")
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
                GPUJOB_HOSTS_FILE=str(docker_box.hosts_file))  # fmt: skip

@@ -83,7 +83,7 @@ def test_a_node_whose_ray_start_fails_stops_the_job_naming_it_and_leaves_no_ray(
     from infra.lab import job_image, registry
 
     other_host = docker_lab.hosts[1]
-    stale = f"{registry.ADDRESS}/{job_image.TAG}"
+    stale = f"{registry.address()}/{job_image.TAG}"
     for argv in (["pull", "-q", stale], ["tag", stale, ray_image]):
         done = docker(other_host, *argv)
         assert done.returncode == 0, done.stderr
