@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from infra.lab import naming, network, state
+from infra.lab import image_store, naming, network, state
 from infra.lab.network import NETNS_DIR
 
 SSHD_CONFIG = """\
@@ -164,6 +164,7 @@ def start_dockerd(name: str, sshd_pid: int) -> dict[str, Any]:
     # host is gone by now, so containerd's runtime state is only debris.
     (host_dir(name) / "dockerd.pid").unlink(missing_ok=True)
     shutil.rmtree(host_dir(name) / "exec" / "containerd", ignore_errors=True)
+    image_store.seed(host_dir(name) / "docker")  # a fresh host starts with the lab's images
     rec = state.spawn(dockerd_argv(name, sshd_pid), log)
     state.wait_until(
         lambda: docker_answers(sock), f"dockerd of {name}", timeout=60, log=log, daemon=rec

@@ -9,7 +9,8 @@ lab, see `naming.loopback_host`) is always there too: Docker treats 127.0.0.0/8 
 as insecure by default, and `push_address()` picks whichever the machine's dockerd will
 accept. Both names reach the same storage, so `127.77.0.1:5000/x:t` pushed is
 `10.77.0.1:5000/x:t` pulled. Storage lives in the lab folder and survives `down`, so the
-next `up` pushes nothing new.
+next `up` pushes nothing new. What is pushed also goes into the lab's image store
+(image_store.py), which hosts booted later start with instead of pulling.
 """
 
 from __future__ import annotations
@@ -119,10 +120,16 @@ def push_address() -> str:
 
 
 def push(local_ref: str, repository_tag: str) -> str:
-    """Push a local image of the machine's dockerd as `repository:tag`; returns the hosts' ref."""
+    """Push a local image of the machine's dockerd as `repository:tag`, and put it in the
+    lab's image store for hosts booted later; returns the hosts' ref."""
+    from infra.lab import image_store
+
     target = f"{push_address()}/{repository_tag}"
     state.run(["docker", "tag", local_ref, target])
     state.run(["docker", "push", target])
     if not target.startswith(address()):
         state.run(["docker", "rmi", target])  # the tag only; the image stays under local_ref
-    return f"{address()}/{repository_tag}"
+    ref = f"{address()}/{repository_tag}"
+    inspect = ["docker", "image", "inspect", "--format", "{{.Id}}", local_ref]
+    image_store.add(ref, state.run(inspect).stdout.strip())
+    return ref
