@@ -15,7 +15,9 @@ import test_remote_jobs as remote
 from labtools import REPO, docker, gpujob
 from labtools import job_row as status_of
 
-pytestmark = pytest.mark.lab
+# The machine's Ray lock (tests/conftest.py): an e2e Ray job's `ray stop` on this machine would
+# stop the Ray processes of these hosts' containers too, whichever test session ran it.
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("one_ray_on_the_machine")]
 docker_lab, env = remote.docker_lab, remote.env  # the two docker hosts as `ta`, `tb`
 RAY_DAEMONS = ("raylet", "gcs_server")
 
