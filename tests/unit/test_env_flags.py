@@ -107,3 +107,17 @@ def test_flag_secret_leaves_gpujob_keys_alone(
     assert result.exit_code == 0, result.stderr
     assert "JOBKEY" not in result.stdout + result.stderr
     assert os.environ["AWS_ACCESS_KEY_ID"] == "GPUJOBKEY"
+
+
+def test_resume_from_reads_the_spec_with_the_env_flags(
+    tmp_path: Path, gpujob: Callable, clean_env: pytest.MonkeyPatch
+) -> None:
+    """--resume-from loads the spec as the launch does: the task's null is given by --env
+    (refused before as `required`); the refusal is then about the checkpoint's remote."""
+    spec = tmp_path / "task.yaml"
+    spec.write_text(TASK)
+    result = gpujob("submit", str(spec), "--dry-run", "--env", f"HF_TOKEN={VALUE}",
+                    "--resume-from", "nosuch:prefix/run")  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    assert "--resume-from: no remote `nosuch`" in result.stderr, result.stderr
+    assert VALUE not in result.stdout + result.stderr
