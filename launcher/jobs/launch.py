@@ -66,7 +66,9 @@ def prepare(request: LaunchRequest) -> JobInput:
         where = "the --on hosts" if request.on else "this machine"
         say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
             f"effect without --up (nothing is rented); the job runs on {where}")  # fmt: skip
-    hazards = script_hazards(loaded)  # the script's batch arithmetic and merge, as written
+    hazards, doubts = script_hazards(loaded)  # the script's batch arithmetic and merge
+    for line in doubts:
+        say(f"warning: {line}")
     if hazards:
         raise ManyUsageErrors(hazards)
     policy = policy_for(request, loaded)  # refused before anything is rented
