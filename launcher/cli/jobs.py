@@ -58,7 +58,8 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               "pulled onto node 0, verified, named by GPUJOB_RESUME_FROM.")  # fmt: skip
 @click.option("--env", "envs", multiple=True, metavar="NAME[=VALUE]",
               help="A variable for the job (SkyPilot's --env); NAME alone: from your "
-              "environment (a task's `NAME: null` then stays a secret).")  # fmt: skip
+              "environment. A name the task marks `null` or lists under `secrets:` stays a "
+              "secret (masked, never stored).")  # fmt: skip
 @click.option("--env-file", "env_files", multiple=True, metavar="FILE",
               help="Variables from a dotenv file (NAME=VALUE lines).")  # fmt: skip
 @click.option("--secret", "secrets", multiple=True, metavar="NAME[=VALUE]",
