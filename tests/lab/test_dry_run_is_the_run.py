@@ -56,16 +56,18 @@ def dry_then_run(env: dict[str, str], tmp_path: Path, *args: str) -> tuple[Any, 
 
 
 def printed_steps(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The plan's steps in the order the dry run prints them and apply sends them: each
-    node's batch; for a job of several nodes, the checks and then the starts after them."""
+    """The Submission's steps in the order submit carries them out: the probes (checked
+    first, before any file reaches a host), each node's batch; for a job of several nodes,
+    the checks and then the starts after them."""
 
     def at(node: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
         return {"host": node["host"], "node": node["rank"], "step": step}
 
+    steps = [{"host": probe["host"], "node": None, "step": probe} for probe in plan["probes"]]
     if plan["starts_in_batch"]:
-        return [at(node, step) for node in plan["nodes"] for step in node["steps"]]
-    steps = [at(node, step) for node in plan["nodes"] for step in node["steps"]
-             if not step.get("starts_job")]  # fmt: skip
+        return steps + [at(node, step) for node in plan["nodes"] for step in node["steps"]]
+    steps += [at(node, step) for node in plan["nodes"] for step in node["steps"]
+              if not step.get("starts_job")]  # fmt: skip
     steps += [{"host": check["host"], "node": None, "step": check} for check in plan["checks"]]
     for node in plan["nodes"]:
         steps += [at(node, step) for step in node["steps"] if step.get("starts_job")]
@@ -124,6 +126,7 @@ def test_ssh_host(tmp_path: Path, ssh_host: Any) -> None:  # noqa: F811
     plan, ran = dry_then_run(env, tmp_path, str(tiny_job(tmp_path)), "--on", "lab")
     assert "<home>" in json.dumps(plan)
     late = {"<home>": home_of(env, "same-1")}
+    assert [probe["kind"] for probe in plan["probes"]] == ["free disk"]
     assert_same(mapped(printed_steps(plan), late), ran)
 
 

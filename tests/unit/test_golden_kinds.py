@@ -8,6 +8,7 @@ run cannot know shows as a placeholder (`<home>`, `<new lambda host 0>`, `<its i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,7 +80,54 @@ def test_each_kind_of_target_has_a_golden_dry_run(
                         "--job-id", f"{kind}-golden")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     assert not Path("/state").exists()
-    suffix = "json" if flags else "txt"
-    matches_golden(result.stdout, f"{kind}-dry-run.{suffix}")
+    if flags:  # stdout is the JSON alone, whatever the target says beside it
+        json.loads(result.stdout)
+        matches_golden(result.stdout, f"{kind}-dry-run.json")
+    else:  # what the user reads: the plan, then what was said on stderr (the offers, the
+        # assumptions of a dry run that contacted nothing)
+        matches_golden(f"{result.stdout}\n# on stderr:\n{result.stderr}", f"{kind}-dry-run.txt")
     if kind == "lambda":  # nothing rented: the fake saw offers asked for, no launch
         assert not [r for r in lambda_fake.control.requests() if r["op"] == "launch"]
+
+
+@pytest.mark.parametrize("on", [["--on", "gpu1"], []], ids=["ssh", "local"])
+def test_the_s3_write_probe_is_a_step_of_the_dry_run_with_its_keys_masked(
+    fixed_dirs: Callable,  # noqa: F811
+    hosts_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    on: list[str],
+) -> None:
+    """What `submit` checks before any file reaches a host is printed, one line each: where
+    it runs and what; the remote's keys by name on its stdin, their values never."""
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "config.yaml").write_text(
+        "remotes:\n  t: {provider: Other, endpoint: 'http://127.0.0.1:9', bucket: ckpts,"
+        " access_key_env: T_KEY, secret_key_env: T_SECRET}\n"
+    )
+    monkeypatch.setenv("GPUJOB_CONFIG_DIR", str(config))
+    monkeypatch.setenv("T_KEY", "key-id-value")
+    monkeypatch.setenv("T_SECRET", "sekret-value")
+    sets = ["--set", "checkpoints.sync_to=t:runs/q"]
+    text = fixed_dirs("submit", "jobs/quickstart.yaml", "--dry-run", *on, *sets, "--job-id", "p")
+    data = fixed_dirs("submit", "jobs/quickstart.yaml", "--dry-run", "--json", *on, *sets,
+                      "--job-id", "p")  # fmt: skip
+    assert (text.exit_code, data.exit_code) == (0, 0), text.stderr + data.stderr
+    for shown in (text.stdout, data.stdout):
+        assert "sekret-value" not in shown and "key-id-value" not in shown
+    probes = {probe["kind"]: probe for probe in json.loads(data.stdout)["probes"]}
+    lines = text.stdout.split("checked first, before any file reaches a host:\n")[1]
+    if on:
+        assert list(probes) == ["free disk", "S3 write probe"]
+        s3 = probes["S3 write probe"]
+        assert s3["argv"][-2:] == ["gpujob_t:ckpts", "gpujob_t:ckpts/runs/q"]
+        keys = {"RCLONE_CONFIG_GPUJOB_T_ACCESS_KEY_ID", "RCLONE_CONFIG_GPUJOB_T_SECRET_ACCESS_KEY"}
+        assert keys <= set(s3["stdin"])  # by name, on its stdin
+        where = "gpujob_t:ckpts gpujob_t:ckpts/runs/q"
+        assert f"  S3 write probe on gpu1: python3 -c <S3 write probe> {where}  #" in lines
+        assert "RCLONE_CONFIG_GPUJOB_T_SECRET_ACCESS_KEY=***" in lines
+    else:
+        assert list(probes) == ["S3 write probe"]
+        assert probes["S3 write probe"]["host"] == "this machine"
+        assert lines.startswith("  S3 write probe on this machine: (boto3)  # list t:runs/q's")

@@ -119,7 +119,8 @@ class CloudTarget(RemoteHostsTarget):
                             autostop_stop=bool(autostop and not autostop.down),
                             autostop_key_on_host=request.autostop_key_on_host,
                             spot=spec.resources.use_spot, renting="submit --up",
-                            instance_image=ref if self.traits.runs_in_image else None)  # fmt: skip
+                            instance_image=ref if self.traits.runs_in_image else None,
+                            offers_on_stderr=True)  # fmt: skip
         instances = launch_hosts(options, self.rent)
         if request.dry_run:
             return [HostEntry(name=f"<new {self.kind} host {rank}>", address="<its ip>")
