@@ -4,12 +4,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test deps lint bench clean
+.PHONY: run test deps lint bench docs clean
 
+# uv makes the venv's install many times faster than pip; pip only bootstraps uv. uv reads no
+# pip.conf: the machine's pip sources are handed to it (launcher/plan/env_build.py).
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --quiet --upgrade pip
-	$(PY) -m pip install --quiet --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --quiet --disable-pip-version-check uv
+	eval "$$(python3 launcher/plan/env_build.py)" && export UV_INDEX_STRATEGY=unsafe-best-match \
+	  && $(VENV)/bin/uv pip install --quiet $${uv_no_index:+--no-index} --python $(PY) -e '.[dev]'
 	touch $(STAMP)
 
 deps:
@@ -19,18 +22,24 @@ run: $(STAMP)
 	$(VENV)/bin/gpujob submit jobs/quickstart.yaml
 
 test: $(STAMP) deps
-	$(VENV)/bin/ruff check launcher tests infra bench jobs
+	$(VENV)/bin/ruff check launcher tests infra bench jobs docs setup.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint .github/workflows/images.yml
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check launcher tests infra bench jobs
-	$(VENV)/bin/ruff format --check launcher tests infra bench jobs
+	$(VENV)/bin/ruff check launcher tests infra bench jobs docs setup.py
+	$(VENV)/bin/ruff format --check launcher tests infra bench jobs docs setup.py
+
+# the reference pages generated from the code (tests/docs checks they are current), then the site
+docs: $(STAMP)
+	$(PY) docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	$(PY) bench/cli_startup.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

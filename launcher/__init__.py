@@ -3,5 +3,3 @@
 Dependencies point one way: cli -> (spec, plan) -> (providers, remote, runtime, storage, images)
 -> state. `spec/` and `plan/` do no I/O; `agent/` is standard library only.
 """
-
-__version__ = "0.1.0"

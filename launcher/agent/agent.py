@@ -31,11 +31,19 @@ from typing import Any
 if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
-from agent_os import alive, read_json, start_ticks, write_json
+from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
-from stopping import STATUS, cancel, log_line, status_of
+from stopping import (
+    MARKER,
+    STATUS,
+    cancel,
+    log_line,
+    record_never_started,
+    start_missed,
+    status_of,
+)
 
 __all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
@@ -56,15 +64,15 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
         return code
 
     given = _given(node_dir)  # read first: the client's write never waits on us
-    status = read_json(node_dir / STATUS)
-    if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
-        return started(status, 0)
-    if status.get("never_started"):  # a cancel came first (stopping.py): it stands
-        return started(status, 1)
-    if given is None:
-        return started({"state": "failed", "reason": "the job's secrets were to come on the "
-                        "start's stdin and did not: start it with gpujob"}, 1)  # fmt: skip
-    write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
+    with node_lock(node_dir):  # a cancel of a node not yet started decides under it too
+        status = read_json(node_dir / STATUS)
+        if not status and start_missed(node_dir, read_json(node_dir / "job.json")):
+            status = record_never_started(node_dir)  # status said so already, or may have
+        answer = _no_start(status, given)
+        if answer is None:
+            write_json(node_dir / STATUS, {"state": "starting", "requested_at": time.time()})
+    if answer is not None:
+        return started(*answer)
     if os.fork() == 0:  # the supervisor: this interpreter, forked (no second Python start)
         code = 1
         try:
@@ -84,6 +92,20 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
             return started(status, 0 if status.get("state") in ("running", "succeeded") else 1)
         time.sleep(0.005)
     return started({"state": "failed", "reason": "the supervisor did not start in 30 s"}, 1)
+
+
+def _no_start(
+    status: dict[str, Any], given: dict[str, dict[str, str]] | None
+) -> tuple[dict[str, Any], int] | None:
+    """What a start answers without starting (its status and code), None when it starts."""
+    if status.get("state") in ("starting", "running") and alive(status.get("supervisor_pid")):
+        return status, 0
+    if status.get("never_started"):  # a cancel came first, or its window passed: it stands
+        return status, 1
+    if given is None:
+        return {"state": "failed", "reason": "the job's secrets were to come on the start's "
+                "stdin and did not: start it with gpujob"}, 1  # fmt: skip
+    return None
 
 
 def _given(node_dir: Path) -> dict[str, dict[str, str]] | None:
@@ -112,7 +134,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     if config.get("slurm"):
         signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
     given = given or {}
-    env = dict(os.environ, **given.get("secrets", {}))
+    env = dict(os.environ, **given.get("secrets", {}), **{MARKER: str(node_dir)})
     if config.get("secrets_file"):
         path = node_dir / config["secrets_file"]
         env.update(read_json(path))
@@ -136,10 +158,14 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         reason = f"{failed.reason}: {said}" if said else failed.reason
         status.update(state="failed", exit_code=failed.code, ended_at=time.time(),
                       reason=reason)  # fmt: skip
-        write_json(node_dir / STATUS, status)
+        job.end()  # a container `docker run` created and could not start holds the secrets
+        write_json(node_dir / STATUS, status)  # after: whoever sees the failure sees it gone
         return failed.code
     status["state"] = "running"
     write_json(node_dir / STATUS, status)
+    if (node_dir / "cancel-requested").exists():  # it came while the start was under way
+        log_line(node_dir, "cancel: it came during the start; stopping the job")
+        job.stop(float(config.get("grace_s", 30)))
     try:
         watch = _checkpoint_watch(node_dir, config, job, status, env, given.get("storage"))
     except Exception as err:  # the job runs on without checkpoint care, and says so

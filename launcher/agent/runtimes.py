@@ -17,7 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_os import alive, descendants, forward, rss_bytes, start_ticks
+from agent_os import (
+    alive,
+    descendants,
+    forward,
+    processes,
+    rss_bytes,
+    signal_if_same,
+    start_ticks,
+)
 
 Sample = Callable[[int], None]
 """Called about once a second while the job runs, with its processes' resident bytes."""
@@ -179,6 +187,10 @@ def job_for(node_dir: Path, config: dict[str, Any], log: Path) -> BareJob | Cont
     return kind(node_dir, config, log)
 
 
+Named = tuple[int, int]
+"""A process as (pid, start ticks): signalled only while that pid is still that process."""
+
+
 def stop_tree(pid: int, grace_s: float) -> None:
     """SIGTERM to the job's process group, SIGCONT to a paused tree so it can act on it,
     SIGKILL to the group and whatever else of the tree is left after the grace period.
@@ -187,27 +199,47 @@ def stop_tree(pid: int, grace_s: float) -> None:
     accelerate's single process die of a TERM without passing it on, and their program
     would never hear it (launchers.md §2.5). The job runs in its own session, so its pid is
     its group; torchrun's workers sit in groups of their own and hear it from torchrun."""
-    stop_processes(_own_group(pid), [pid, *descendants(pid)], grace_s, lead=pid)
+    table = processes()
+    tree = [(p, table[p].start) for p in [pid, *descendants(pid, table)] if p in table]
+    stop_processes(_own_group(pid), tree, grace_s, lead=pid)
 
 
-def stop_processes(group: int | None, tree: list[int], grace_s: float, lead: int = 0) -> None:
+def stop_processes(
+    group: int | None,
+    tree: list[Named],
+    grace_s: float,
+    lead: int = 0,
+    again: Callable[[], list[Named]] | None = None,
+) -> None:
     """`stop_tree` for a group whose leader may be gone (its supervisor died, stopping.py):
     TERM to the group (to `lead` alone when it leads none), CONT to `tree`, KILL to what is
     left of both after the grace period. `tree` is taken before the TERM: a worker whose
-    torchrun died at it is still found."""
+    torchrun died at it is still found. Without a `lead` (nobody left to pass the TERM
+    on), every process of `tree` hears it itself; `again` finds the job's processes once
+    more right before the KILL (one started during the grace). Each process is signalled
+    only while its pid is still the one that started at its recorded time."""
     if group is not None:
         signal_job(group, signal.SIGTERM, group)
     elif lead:
         forward(lead, signal.SIGTERM)
-    for each in tree:
-        forward(each, signal.SIGCONT)
+    for pid, start in tree:
+        if not lead:
+            signal_if_same(pid, start, signal.SIGTERM)
+        signal_if_same(pid, start, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (any(alive(p) for p in tree) or _group_alive(group)):
+    while time.monotonic() < deadline and (any(still(*p) for p in tree) or _group_alive(group)):
         time.sleep(0.1)
+    if again is not None:
+        tree = sorted({*tree, *again()})
     if group is not None and _group_alive(group):
         signal_job(group, signal.SIGKILL, group)
-    for leftover in [p for p in tree if alive(p)]:
-        forward(leftover, signal.SIGKILL)
+    for pid, start in tree:
+        signal_if_same(pid, start, signal.SIGKILL)
+
+
+def still(pid: int, start: int) -> bool:
+    """Whether the process that started at `start` lives (not a zombie)."""
+    return alive(pid) and start_ticks(pid) == start
 
 
 def signal_job(pid: int, sig: int, group: int | None = None) -> None:

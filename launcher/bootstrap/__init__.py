@@ -50,8 +50,11 @@ def bootstrap(
     """Every step or the first failure, as BootstrapError with the step's own words."""
     found = Findings()
     results: list[StepResult] = []
+    from launcher.progress import waiting
+
     for step in STEPS:
-        result = step(conn, profile, found)
+        with waiting(f"{host}: {step.__name__}"):  # a pull or a copy may take minutes
+            result = step(conn, profile, found)
         results.append(result)
         report(format_result(host, result))
         if result.status == "failed":

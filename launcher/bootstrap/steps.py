@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from launcher.errors import GpujobError, UsageError
+from launcher.plan.env_build import UV_HOME_PATH
 from launcher.plan.model import HostFacts
 from launcher.remote.base import Connection
 from launcher.remote.facts import host_facts
@@ -168,32 +169,66 @@ def disk(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     return StepResult("disk", "ok", detail)
 
 
-def _rclone_version(conn: Connection, facts: HostFacts) -> str | None:
-    script = (f'for r in rclone "$HOME/{RCLONE_HOME_PATH}"; do '
-              'v=$("$r" version 2>/dev/null | head -n 1); '
+def _version_of(conn: Connection, tool: str, home_path: str, flag: str) -> str | None:
+    """`TOOL FLAG` (its version) from the PATH or from where gpujob puts a copy, first line."""
+    script = (f'for r in {tool} "$HOME/{home_path}"; do '
+              f'v=$("$r" {flag} 2>/dev/null | head -n 1); '
               '[ -n "$v" ] && echo "$v" && exit 0; done; exit 1')  # fmt: skip
     result = _sh(conn, script)
     return result.stdout.strip() if result.ok and result.stdout.strip() else None
 
 
-def rclone(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
-    """Checkpoint transfers run on the host, so rclone must be there. A host with no way to
-    the internet gets this machine's rclone (one static binary) when the architectures match."""
-    facts = found.facts
-    found.rclone = _rclone_version(conn, facts)
-    if found.rclone:
-        return StepResult("rclone", "ok", found.rclone)
-    local = shutil.which("rclone")
+def _copy_ours(conn: Connection, facts: HostFacts, local: str | None, home_path: str) -> bool:
+    """This machine's binary of a tool to `~/home_path` on the host, where the architectures
+    match; False where there is nothing to copy."""
     import platform
 
     if local is None or platform.machine() != facts.arch:
+        return False
+    conn.put_file(str(Path(local).resolve()), f"{facts.home}/{home_path}", 0o755)
+    return True
+
+
+def rclone(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
+    """Checkpoint transfers run on the host, so rclone must be there. A host with no way to
+    the internet gets this machine's rclone (one static binary) when the architectures match."""
+    found.rclone = _version_of(conn, "rclone", RCLONE_HOME_PATH, "version")
+    if found.rclone:
+        return StepResult("rclone", "ok", found.rclone)
+    if not _copy_ours(conn, found.facts, shutil.which("rclone"), RCLONE_HOME_PATH):
         return StepResult("rclone", "failed", "rclone is not installed", INSTALL_RCLONE)
-    conn.put_file(str(Path(local).resolve()), f"{facts.home}/{RCLONE_HOME_PATH}", 0o755)
-    found.rclone = _rclone_version(conn, facts)
+    found.rclone = _version_of(conn, "rclone", RCLONE_HOME_PATH, "version")
     if not found.rclone:
         why = "the rclone copied to the host does not run"
         return StepResult("rclone", "failed", why, INSTALL_RCLONE)
     return StepResult("rclone", "fixed", f"{found.rclone} in ~/{RCLONE_HOME_PATH}")
+
+
+def uv(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
+    """Bare jobs make their environment with uv where the host has it (many times faster
+    than pip); a host without uv gets this machine's, as with rclone. Never fatal: the
+    environment script falls back to pip and says so."""
+    if profile.runtime == "docker":
+        return StepResult("uv", "skipped", "jobs run in the image's own environment (a "
+                          "--runtime bare job here makes its own with uv only if the host "
+                          "has it, else with pip)")  # fmt: skip
+    have = _version_of(conn, "uv", UV_HOME_PATH, "--version")
+    if have:
+        return StepResult("uv", "ok", have)
+    if _copy_ours(conn, found.facts, local_uv(), UV_HOME_PATH):
+        have = _version_of(conn, "uv", UV_HOME_PATH, "--version")
+        if have:
+            return StepResult("uv", "fixed", f"{have} in ~/{UV_HOME_PATH}")
+    return StepResult("uv", "skipped", "no uv here and none to copy: job environments are "
+                      "made with pip (slower); `pip install uv` there makes them fast")  # fmt: skip
+
+
+def local_uv() -> str | None:
+    """The uv of gpujob's own environment (a dependency), else the one on PATH."""
+    import sys
+
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.is_file() else shutil.which("uv")
 
 
 def image(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
@@ -245,4 +280,4 @@ def autostop(conn: Connection, profile: HostProfile, found: Findings) -> StepRes
     return ensure(conn, profile.autostop, found.facts.home)
 
 
-STEPS: tuple[Step, ...] = (system, gpu, docker, disk, rclone, image, autostop)
+STEPS: tuple[Step, ...] = (system, gpu, docker, disk, rclone, uv, image, autostop)

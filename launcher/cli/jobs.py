@@ -123,7 +123,7 @@ def status(as_json: bool, limit: int) -> None:
         shown = [dict(h, autostop=h.get("autostop_text")) for h in hosts]
         click.echo(table(shown, columns) + "\n")
     if not rows:
-        click.echo("no jobs yet; try: gpujob submit jobs/quickstart.yaml")
+        click.echo("no jobs yet; try: gpujob init quickstart && gpujob submit quickstart.yaml")
         return
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
     if any(row.get("recovery") for row in rows):

@@ -63,22 +63,23 @@ def _probe_on(host: str, python: str | None) -> tuple[Any, list[str]]:
 
 
 def run_doctor(host: str, python: str | None, as_json: bool) -> int:
-    from rich.console import Console
+    """The probe's stage lines (`doctor [2/7] torch: import and CUDA`) reach stderr as each
+    stage starts, on a terminal and in a pipe alike; the verdicts come as one table."""
+    from launcher.doctor.probe import STAGES
 
-    err = Console(file=sys.stderr)
     conn, argv = _probe_on(host, python)
     try:
-        with err.status(f"doctor: checking {host} (GPUs, torch, matmul, all-reduce, imports, "
-                        "disk, S3)"):  # fmt: skip
-            result = conn.run(argv)
-            verdicts = parse_verdicts(result.stdout)
-            if not verdicts:
-                raise GpujobError(
-                    f"doctor: the probe did not run on {host} (exit {result.exit_code}): "
-                    f"{result.stderr.strip()[-300:]}",
-                    "check that the host's python3 works, or name one with --python",
-                )
-            verdicts += s3_verdicts(conn, for_hosts=host != THIS_MACHINE)
+        result = conn.run(argv, stream=True)
+        verdicts = parse_verdicts(result.stdout)
+        if not verdicts:
+            raise GpujobError(
+                f"doctor: the probe did not run on {host} (exit {result.exit_code}): "
+                f"{result.stderr.strip()[-300:] or 'its own words are above'}",
+                "check that the host's python3 works, or name one with --python",
+            )
+        print(f"doctor [{STAGES}/{STAGES}] S3 remotes of config.yaml, from {host}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        verdicts += s3_verdicts(conn, for_hosts=host != THIS_MACHINE)
     finally:
         conn.close()
     if as_json:

@@ -20,6 +20,16 @@ HEAVY_IMPORTS = ("torch", "transformers", "accelerate", "peft", "trl", "flash_at
 NCCL_SIZES_MB = (1, 16, 64, 256)
 
 
+STAGES = 7
+"""gpus, torch, matmul, all-reduce, imports, disk/shm/memory here; S3 is run by doctor."""
+
+
+def starting(number: int, what: str) -> None:
+    """One line on stderr before each stage, so a slow one (torch's first import: tens of
+    seconds) is seen running; gpujob streams it as it comes."""
+    print(f"doctor [{number}/{STAGES}] {what}", file=sys.stderr, flush=True)
+
+
 def emit(stage: str, verdict: str, value: float | None = None, unit: str = "",
          detail: str = "") -> None:  # fmt: skip
     print(json.dumps({"stage": stage, "verdict": verdict, "value": value, "unit": unit,
@@ -180,15 +190,21 @@ def space() -> None:
 
 
 def main() -> int:
+    starting(1, "GPUs (nvidia-smi)")
     names = gpus()
+    starting(2, "torch: import and CUDA")
     torch = torch_stage(len(names))
     if torch is None:
         for stage in ("matmul", "all-reduce"):
             emit(stage, "not run", detail="torch is not usable here")
     else:
+        starting(3, f"matmul on {len(names) or 'the CPU, no'} GPU(s)")
         matmul(torch, len(names))
+        starting(4, "all-reduce across the GPUs")
         allreduce(torch, len(names))
+    starting(5, f"heavy imports, each timed alone ({', '.join(HEAVY_IMPORTS)})")
     imports()
+    starting(6, "disk, shm and memory")
     space()
     return 0
 

@@ -72,9 +72,12 @@ def lock_for(
     stack, _ = stack_of(definition)
     pins = [(name, version) for _, name, version in pins_of(definition, stack)]
     sources = index.Sources(sources.find_links, (*sources.indexes, *definition.indexes))
+    from launcher.progress import waiting
+
     try:
         local = [images_cache_dir() / "wheels", *wheelhouse.wheel_dirs()]
-        offered = index.offered(pins, sources, definition.python, glibc, local)
+        with waiting(f"locking {definition.name}: reading the package indexes") as wait:
+            offered = index.offered(pins, sources, definition.python, glibc, local, wait.note)
     except index.IndexUnreachable as err:
         raise GpujobError(
             f"{found.path}: an index did not answer: {err}",

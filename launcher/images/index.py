@@ -13,7 +13,7 @@ import sys
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -65,12 +65,15 @@ def offered(
     python: str,
     glibc: str,
     local_dirs: Iterable[Path] = (),
+    on_pin: Callable[[str], None] = lambda _: None,
 ) -> dict[str, list[WheelRecord]]:
     """Wheels of each (name, version) pin; all versions seen are kept so a refusal can name
     the nearest, but the hash and metadata are read only for the file the target would take
     of the pinned version (one per local label: `2.3.1` and `2.3.1+cu121` are both kept)."""
     found: dict[str, list[WheelRecord]] = {}
-    for name, version in names:
+    names = list(names)
+    for done, (name, version) in enumerate(names):
+        on_pin(f"{done} of {len(names)} pins read, now {name}")
         key = canonicalize_name(name.split("[")[0])
         records = []
         for link in sources.find_links:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from launcher.agent import AGENT_FILE, agent_argv
 from launcher.errors import UsageError
 from launcher.plan import docker
+from launcher.plan.env_build import env_script
 from launcher.plan.file_mounts import container_volumes, lasting_copies, mount_steps
 from launcher.plan.launch import (
     HOSTFILE,
@@ -60,6 +60,8 @@ from launcher.spec.run import ONE_PER_NODE
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # fullmatch: `$` would let "x\n" pass
 DEFAULT_EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".gpujob")
+START_WINDOW_S = 30
+"""A one-node start comes right after job.json in one batch: none by then never will."""
 FIRST_READ_WAIT_S = 1  # how long a followed start waits on the host for the log's first bytes
 CANCEL_GRACE_S = 5  # a started node stopped because another failed to start
 # The job's own copy of the host's workdir copy: a later submit updating that one never
@@ -287,10 +289,13 @@ def _node_plan(
     if storage_file is not None:
         steps.append(storage_file)
     given = None if in_files else start_input(secrets, storage)
+    # One node starts in its preparation's batch, right after job.json, written last: if
+    # its start never reaches the agent, the agent says so once the window has passed
+    window = START_WINDOW_S if spec.nodes == 1 else None
     config = agent_config(spec, target, job_id, rank, secrets, argv, care,
-                          on_stdin=given is not None)  # fmt: skip
-    steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
+                          on_stdin=given is not None, start_window_s=window)  # fmt: skip
     steps.extend(prepare)
+    steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
     reads_log = follow and spec.nodes == 1
     steps.append(
         RunCommand(
@@ -303,10 +308,10 @@ def _node_plan(
         )
     )
     on_failure = None
-    if rank < spec.nodes - 1:  # a later node may fail to start after this one started
+    if spec.nodes > 1:  # any node's start may fail or be cut off unanswered, the last's too
         on_failure = RunCommand(
             argv=_agent(target, node_dir, "cancel", str(CANCEL_GRACE_S)),
-            why=f"stop node {rank}: a later node failed to start",
+            why=f"stop node {rank}: a node failed to start",
         )
     return NodePlan(rank=rank, host=target.hosts[rank], job_dir=job_dir, node_dir=node_dir,
                     steps=tuple(steps), on_failure=on_failure)  # fmt: skip
@@ -338,30 +343,13 @@ def _workdir_steps(target: NodeLayout, sources: Sources, path: str) -> list[Step
 
 
 def _env_setup(target: NodeLayout, image: ImageDefinition, requirements: str) -> RunCommand:
-    """venv and pip write to stderr (`>&2`): streamed as they come, and a failure's last
+    """uv (or venv and pip) write to stderr: streamed as they come, and a failure's last
     lines name its cause (venv's `ensurepip is not available` may come on stdout)."""
-    env = shlex.quote(_env_dir(target, image))
-    script = "\n".join(
-        [
-            "set -euo pipefail",
-            f"env={env}",
-            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
-            'mkdir -p "$(dirname "$env")"',
-            'exec 9>"$env.lock"',
-            "flock 9",
-            'if [ -f "$env/.gpujob-ready" ]; then exit 0; fi',
-            'echo "[gpujob] creating the job environment $env (first use of these pins)" >&2',
-            'rm -rf "$env"',
-            f'{shlex.quote(target.python)} -m venv "$env" >&2',
-            '"$env/bin/python" -m pip install --quiet --disable-pip-version-check '
-            f"--no-input -r {shlex.quote(requirements)} >&2",
-            'touch "$env/.gpujob-ready"',
-        ]
-    )
+    script = env_script(_env_dir(target, image), target.python, requirements, len(image.pins))
     return RunCommand(
         argv=("bash", "-c", script),
         why=f"make the job environment from images/{image.name}.yaml",
-        hint=f"the host's pip must find the pins of images/{image.name}.yaml (an index or a "
-        "wheelhouse its pip.conf names) and its Python needs venv (python3-venv); the job "
-        "environment is made once per pin set",
+        hint=f"uv (or pip) must find the pins of images/{image.name}.yaml in the sources the "
+        "host's pip.conf names (an index or a wheelhouse) and its Python needs venv "
+        "(python3-venv) where uv is missing; the job environment is made once per pin set",
     )

@@ -96,8 +96,11 @@ def agent_config(
     care: dict[str, object] | None = None,
     *,
     on_stdin: bool = False,
+    start_window_s: int | None = None,
 ) -> str:
-    """`on_stdin`: the start brings the secrets on its stdin (`start_input`)."""
+    """`on_stdin`: the start brings the secrets on its stdin (`start_input`).
+    `start_window_s`: the start comes within it of job.json's writing (a one-node job's, in
+    the same batch); past it, a node with no status never started (agent/stopping.py)."""
     docker_runtime = target.runtime == "docker"
     config: dict[str, object] = {
         "job_id": job_id,
@@ -112,6 +115,8 @@ def agent_config(
     }
     if on_stdin:
         config["secrets_on_stdin"] = True
+    if start_window_s is not None:
+        config["start_window_s"] = start_window_s
     if care:
         config["checkpoints"] = care
     if spec.max_duration is not None:

@@ -89,7 +89,11 @@ def _start_lines(plan: Plan) -> list[str]:
         lines.extend(_run_lines(node.start, f"node {node.rank} on {node.host}: "))
     undo = [node for node in plan.nodes if node.on_failure is not None]
     if undo:
-        lines += ["", "if a node fails to start, the nodes started before it are stopped:"]
+        lines += [
+            "",
+            "if a node fails to start, every node whose start went out is stopped (its "
+            "own too, if unanswered; a start that comes after its cancel refuses):",
+        ]
         for node in undo:
             assert node.on_failure is not None
             lines.extend(_run_lines(node.on_failure, f"node {node.rank} on {node.host}: "))

@@ -28,12 +28,16 @@ def check_host_key(endpoint: Endpoint, known_hosts: KnownHosts) -> bool:
     paramiko = load_paramiko()
     from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
+    from launcher.progress import waiting
+
     @retry(
         retry=retry_if_exception_type(ConnectionRefusedError),
         wait=wait_exponential(multiplier=0.2, max=3),
         stop=stop_after_delay(REFUSED_PATIENCE_S),
         reraise=True,
-    )
+        before_sleep=lambda state: wait.note(f"attempt {state.attempt_number} refused, "
+                                             f"retrying for up to {REFUSED_PATIENCE_S} s"),
+    )  # fmt: skip
     def dial() -> socket.socket:
         return socket.create_connection(
             (endpoint.address, endpoint.port), timeout=CONNECT_TIMEOUT_S
@@ -41,7 +45,8 @@ def check_host_key(endpoint: Endpoint, known_hosts: KnownHosts) -> bool:
 
     where = f"{endpoint.user}@{endpoint.host_id}"
     try:
-        sock = dial()
+        with waiting(f"connecting to {where}") as wait:  # said after 2 s: a booting host
+            sock = dial()
     except OSError as err:
         raise unreachable(where, err.strerror or str(err)) from None
     transport = paramiko.Transport(sock)

@@ -212,11 +212,14 @@ class Client:
         """A master for this host if none runs: None when one runs, else what ssh said. One
         starter at a time (a lock file beside the socket): two would leave the loser running
         as a plain connection forever. A refused connection (a booting host) is retried."""
+        from launcher.progress import waiting
+
         lock_path = self.control.with_name(f"{self.control.name}.lock")
-        with open(lock_path, "a") as lock:
+        connecting = waiting(f"connecting to {self.endpoint.where}")
+        with open(lock_path, "a") as lock, connecting as wait:
             fcntl.flock(lock, fcntl.LOCK_EX)
             deadline = time.monotonic() + REFUSED_PATIENCE_S
-            pause = 0.2
+            pause, attempt = 0.2, 0
             while not self.master_alive():
                 # `-M` does not replace a dead master's socket: it would run on as a plain
                 # connection nobody can use, and never end
@@ -226,6 +229,8 @@ class Client:
                     return None
                 if "Connection refused" not in said or time.monotonic() > deadline:
                     return said
+                attempt += 1
+                wait.note(f"attempt {attempt} refused, retrying for up to {REFUSED_PATIENCE_S} s")
                 time.sleep(pause)
                 pause = min(pause * 2, 3.0)
             return None

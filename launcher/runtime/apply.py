@@ -114,7 +114,9 @@ def apply_plan(
 
 def _undo(plan: Plan, connections: dict[str, Connection], report: Report, starts: Starts) -> None:
     """All or none: the nodes whose start may have run are stopped with their printed
-    cancel; one whose host does not answer stays as it is (`starts` says it may run)."""
+    cancel, the one whose start was cut off unanswered too (the last node's included: a
+    cancel that comes before its start makes that start refuse); one whose host does not
+    answer stays as it is (`starts` says it may run)."""
     for node in plan.nodes:
         if node.on_failure is None or not starts.of(node.rank).may_run:
             continue

@@ -199,6 +199,19 @@ class MergeSpec(StrictModel):
     )
 
 
+def _or_shell_block(schema: dict[str, Any]) -> None:
+    """`run:` may also be a string, a shell block (RunSpec's before-validator takes it), which
+    the schema must allow too, or an editor flags every SkyPilot-style spec."""
+    ref = schema.pop("$ref")
+    schema["anyOf"] = [
+        {"$ref": ref},
+        {
+            "type": "string",
+            "description": "A shell block run once per node after `setup`, as SkyPilot runs it.",
+        },
+    ]
+
+
 class JobSpec(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
     image: str = Field(
@@ -219,7 +232,7 @@ class JobSpec(StrictModel):
         "`~/...`, or relative to the workdir) -> source on this machine (absolute or `~/...`); "
         "a folder's contents go into the destination. Mounted at the same path in a container.",
     )
-    run: RunSpec
+    run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
     batch: BatchSpec = Field(default_factory=BatchSpec)
     envs: dict[str, EnvValue] = Field(default_factory=dict)
     nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* variables.")
@@ -310,6 +323,17 @@ class JobSpec(StrictModel):
     @classmethod
     def _secret_names(cls, value: list[str]) -> list[str]:
         return each_matching(value, ENV_NAME, "is not a valid environment variable name")
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets_leave_docker_alone(cls, value: list[str]) -> list[str]:
+        """The agent runs `docker run --env NAME` with the secrets in docker's environment:
+        a PATH or DOCKER_* secret would change which docker runs, or where it connects."""
+        for name in value:
+            if name == "PATH" or name.startswith("DOCKER_"):
+                raise ValueError(f"`{name}` cannot be a secret: it would change how the host "
+                                 "runs docker; put its value under another name")  # fmt: skip
+        return value
 
     @model_validator(mode="after")
     def _batch_divides(self) -> JobSpec:

@@ -53,7 +53,7 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
         path,
         "job spec",
         "a job spec is a mapping of keys such as `name`, `image`, `run`",
-        "see jobs/quickstart.yaml or `gpujob schema`",
+        "`gpujob init quickstart` writes an example; `gpujob schema` lists every field",
     )
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
     translation = None

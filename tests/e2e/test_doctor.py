@@ -66,3 +66,20 @@ def test_a_python_without_torch_fails_the_torch_stage_by_name() -> None:
     assert "cannot import torch" in stages["torch"]["detail"]
     assert stages["matmul"]["verdict"] == "not run"
     assert stages["disk"]["verdict"] in ("ok", "warn")
+
+
+def test_each_stage_is_announced_on_stderr_as_it_starts() -> None:
+    """In a pipe, a line per stage before it runs (torch's first import takes tens of seconds
+    on a GPU host), in order, then the table on stdout."""
+    done = subprocess.run([GPUJOB, "doctor", "local", "--python", sys.executable],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    started = [line for line in done.stderr.splitlines() if line.startswith("doctor [")]
+    assert [line.split("]")[0] for line in started] == [
+        "doctor [1/7",
+        "doctor [2/7",
+        "doctor [5/7",
+        "doctor [6/7",
+        "doctor [7/7",
+    ], done.stderr  # no torch here: matmul (3) and all-reduce (4) do not start
+    assert "torch: import and CUDA" in started[1]
+    assert "gpujob doctor local" in done.stdout and "Traceback" not in done.stderr

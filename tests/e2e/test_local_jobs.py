@@ -177,6 +177,42 @@ def test_cancel_stops_the_job_after_its_agent_was_killed(
     assert "cancel: the agent is gone" in (node_dir / "job.log").read_text()
 
 
+def test_cancel_stops_a_worker_whose_torchrun_was_killed_too(
+    tmp_path: Path, state: dict[str, str], request: pytest.FixtureRequest
+) -> None:
+    """The OOM killer takes the supervisor, torchrun and its worker; a process the worker
+    started in a session of its own is init's now, in no group of the job's: status still
+    names it, and cancel stops it."""
+    program = ("import pathlib, subprocess, sys, time\n"
+               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+               " start_new_session=True)\n"
+               "pathlib.Path('child.pid').write_text(str(child.pid))\n"
+               "print('working', flush=True)\ntime.sleep(600)\n")  # fmt: skip
+    spec = write_job(tmp_path, program)
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "stray").returncode == 0
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "stray" / "node-0"
+    wait_for(lambda: b"working" in (node_dir / "job.log").read_bytes())
+    child_file = next((node_dir.parent).rglob("child.pid"))
+    child = int(child_file.read_text())
+    request.addfinalizer(lambda: alive(child) and os.kill(child, signal.SIGKILL))
+    status = json.loads((node_dir / "status.json").read_text())
+    for pid in [status["supervisor_pid"], status["pid"], *descendants(status["pid"])]:
+        if pid != child:
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(status["supervisor_pid"]) and not alive(status["pid"]))
+    assert alive(child)
+
+    row = status_of(state, "stray")
+    assert row["state"] == "lost"
+    assert f"still run (pid {child})" in row["last_line"], row
+
+    cancelled = gpujob(state, "cancel", "stray", "--grace", "2")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert b"cancelled on 1 node(s)" in cancelled.stderr
+    assert not alive(child)
+    assert status_of(state, "stray")["state"] == "cancelled"
+
+
 def test_cancel_of_a_job_that_succeeded_changes_nothing(
     tmp_path: Path, state: dict[str, str]
 ) -> None:

@@ -96,6 +96,7 @@ def test_up_bootstraps_a_host_that_gpujob_ssh_reaches_and_down_removes(
     if provider == "vast":  # a container of the base image: no Docker, no rclone until fixed
         assert "skipped docker  bare runtime" in up.stderr
         assert "fixed   rclone" in up.stderr
+        assert "fixed   uv" in up.stderr  # this machine's uv, for the job environments
 
     hello = gpujob(env, "ssh", name, "--", "echo hello from $(hostname)")  # as ssh: one string
     assert hello.returncode == 0, hello.stderr

@@ -69,8 +69,11 @@ def test_a_start_cut_off_before_its_answer_may_run_and_the_others_are_stopped() 
     plan = plan_of(spec_of(nodes=2), TWO)
     hosts = {"a": Host(), "b": Host(start=DROPPED)}
     starts = apply(plan, hosts)
-    assert starts.may_run == [1]  # node 0 was started, then stopped by its printed cancel
+    assert starts.may_run == []  # node 0 was started, then stopped by its printed cancel; the
+    # last node, whose start may have reached its agent, is cancelled too (a start that comes
+    # after the cancel refuses)
     assert starts.nodes[0].stopped and hosts["a"].ran[-1] == plan.nodes[0].on_failure.argv  # type: ignore[union-attr]
+    assert starts.nodes[1].stopped and hosts["b"].ran[-1] == plan.nodes[1].on_failure.argv  # type: ignore[union-attr]
 
 
 def test_a_start_that_answered_a_failure_does_not_run() -> None:

@@ -52,6 +52,14 @@ CASES = [
         "known profiles: gpu",
     ),
     (
+        "secret-named-docker-host",
+        VALID + "secrets:\n  - DOCKER_HOST\n",
+        [],
+        ":5",
+        "secrets",
+        "put its value under another name",
+    ),
+    (
         "secret-not-set",
         VALID + "secrets:\n  - GJ_TEST_UNSET_SECRET\n",
         [],

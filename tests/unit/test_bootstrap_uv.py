@@ -1,0 +1,52 @@
+"""Bootstrap's uv step on a real (local) host with a HOME of its own: a bare host without uv
+gets this machine's uv in ~/.local/bin, where the job environment script looks; a second
+bootstrap finds it; a Docker host is left alone."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import pytest
+
+from launcher.bootstrap.steps import Findings, HostProfile, local_uv, uv
+from launcher.plan.env_build import UV_HOME_PATH
+from launcher.plan.model import HostFacts
+from launcher.remote.local import LocalConnection
+
+
+@pytest.fixture
+def bare_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Findings:
+    """A host whose PATH has no uv and whose HOME is empty."""
+    path = [p for p in os.environ["PATH"].split(":") if not (Path(p) / "uv").exists()]
+    monkeypatch.setenv("PATH", ":".join(path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    facts = HostFacts(home=str(tmp_path), python="python3", version="3.11", docker=False,
+                      gpus=0, arch=platform.machine())  # fmt: skip
+    return Findings(host=facts)
+
+
+def test_a_bare_host_without_uv_gets_ours_then_keeps_it(bare_home: Findings) -> None:
+    assert local_uv() is not None, "uv is one of gpujob's dependencies"
+    first = uv(LocalConnection(), HostProfile(runtime="bare"), bare_home)
+    assert first.status == "fixed", first
+    assert first.detail.startswith("uv ") and f"~/{UV_HOME_PATH}" in first.detail
+    copied = Path(bare_home.facts.home) / UV_HOME_PATH
+    assert copied.is_file() and os.access(copied, os.X_OK)
+    again = uv(LocalConnection(), HostProfile(runtime="bare"), bare_home)
+    assert (again.status, again.detail) == ("ok", first.detail.split(" in ~/")[0])
+
+
+def test_a_docker_host_needs_no_uv(bare_home: Findings) -> None:
+    result = uv(LocalConnection(), HostProfile(runtime="docker"), bare_home)
+    assert result.status == "skipped"
+    assert not (Path(bare_home.facts.home) / UV_HOME_PATH).exists()
+
+
+def test_another_architecture_is_skipped_not_failed(bare_home: Findings) -> None:
+    facts = HostFacts(home=bare_home.facts.home, python="python3", version="3.11",
+                      docker=False, gpus=0, arch="riscv64")  # fmt: skip
+    other = Findings(host=facts)
+    result = uv(LocalConnection(), HostProfile(runtime="bare"), other)
+    assert result.status == "skipped" and "pip" in result.detail
