@@ -152,7 +152,10 @@ def _run_lines(step: RunCommand, where: str = "") -> list[str]:
 
 
 def shell_word(word: str) -> str:
-    """One argv word as a shell takes it, the unknown home left outside the quotes."""
+    """One argv word as a shell takes it, the unknown home left outside the quotes; an empty
+    word stays a word (`''`)."""
+    if not word:
+        return "''"
     pieces = word.split(UNKNOWN_HOME)
     return HOME_SHOWN.join(shlex.quote(piece) if piece else "" for piece in pieces)
 

@@ -131,3 +131,14 @@ def test_the_s3_write_probe_is_a_step_of_the_dry_run_with_its_keys_masked(
         assert list(probes) == ["S3 write probe"]
         assert probes["S3 write probe"]["host"] == "this machine"
         assert lines.startswith("  S3 write probe on this machine: (boto3)  # list t:runs/q's")
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [(["python3", "-c", "x", "/a", ""], "python3 -c x /a ''"), (["echo", "a b"], "echo 'a b'")],
+)
+def test_the_dry_run_shows_every_word_an_empty_one_too(argv: list[str], shown: str) -> None:
+    """A free-disk read with no environment folder passes '' : the shell's words, all of them."""
+    from launcher.plan.show import shell_join
+
+    assert shell_join(argv) == shown
