@@ -142,3 +142,22 @@ def test_the_dry_run_shows_every_word_an_empty_one_too(argv: list[str], shown: s
     from launcher.plan.show import shell_join
 
     assert shell_join(argv) == shown
+
+
+@pytest.mark.parametrize(("kind", "pulls"), [("ssh", True), ("lambda", False)])
+def test_a_rented_host_is_planned_with_the_image_its_bootstrap_pulled(
+    fixed_dirs: Callable,  # noqa: F811
+    hosts_file: Path,
+    lambda_fake: RunningFake,
+    kind: str,
+    pulls: bool,
+) -> None:
+    """`up` pulls the job's image while it makes a rented host ready, so the plan that runs
+    there has no pull: neither has its dry run. A host of yours may lack it: a pull."""
+    result = fixed_dirs("submit", "jobs/quickstart.yaml", "--dry-run", "--json", *KINDS[kind],
+                        "--set", "image=registry.example/job:1", "--job-id", "img")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    steps = json.loads(result.stdout)["nodes"][0]["steps"]
+    pull = [s for s in steps if s["kind"] == "run" and any("docker pull" in w for w in s["argv"])]
+    assert bool(pull) == pulls, steps
+    assert ("the image pulled when the host is made ready" in result.stderr) == (not pulls)

@@ -66,11 +66,14 @@ class CloudTarget(RemoteHostsTarget):
         in_image = self.traits.runs_in_image
         if not request.dry_run:
             request = self._clear_the_rent(job, request)
+        from launcher.clouds.registry import runtime_of
+
         image = None if in_image else job.image
         entries = self._rented_hosts(request, job)
         placed = remote_placement(
             job.loaded.spec, image, entries, runtime=request.runtime,
             dry_run=request.dry_run, provider=self.kind,
+            pulled=runtime_of(self.kind) == "docker",  # up's bootstrap pulls the job's image
         )  # fmt: skip
         if placed.note:
             say(placed.note)
