@@ -5,7 +5,8 @@ order printed, but for the values a dry run cannot know by design and shows as p
 each mapped here to what the run found:
 
 - `<home>`: the login's home folder on a host the dry run does not contact (SSH, rented);
-- `<new lambda host 0>` and `<its ip>`: the name and address of a host not yet rented.
+- `<new lambda host 0>` and `<its ip>`: the name and address of a host not yet rented (the
+  address placeholder quoted in a script, `'<its ip>'`, where an address needs no quotes).
 
 One tiny job each; the local one needs no lab, the others a lab host, the Lambda fake, the
 SLURM cluster.
@@ -163,7 +164,8 @@ def test_a_rented_host_on_the_lambda_fake(tmp_path: Path, lambda_env: dict[str, 
     spec = tiny_job(tmp_path, image)
     plan, ran = dry_then_run(lambda_env, tmp_path, str(spec), "--up", "a100", "--allow-cpu")
     host = HostEntry.from_record(recorded(lambda_env, "same-1")["hosts"][0])
-    late = {"<new lambda host 0>": host.name, "<its ip>": host.address,
+    # `<its ip>` is quoted where a script names it (`<` is a shell word's end), an address not
+    late = {"<new lambda host 0>": host.name, "'<its ip>'": host.address, "<its ip>": host.address,
             "<home>": home_of(lambda_env, "same-1")}  # fmt: skip
     assert all(name in json.dumps(plan) for name in ("<new lambda host 0>", "<its ip>"))
     assert_same(mapped(printed_steps(plan), late), ran)
