@@ -118,7 +118,7 @@ def remote_placement(
         target = target_for(spec, image, entries, facts, addresses, ref, runtime, provider)
         note = (
             "dry run: no host was contacted; assumed: no GPUs"
-            + (", Docker present" if target.runtime == "docker" else "")
+            + (", Docker present, RLIMIT_MEMLOCK raisable" if target.runtime == "docker" else "")
             + (" and the image pulled when the host is made ready" if target.image_present else "")
             + f"; {HOME_SHOWN} is the login's home folder there"
         )
