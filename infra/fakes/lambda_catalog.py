@@ -43,6 +43,8 @@ TYPES: dict[str, tuple[str, str, int, int, int, int, int]] = {
     "gpu_4x_h100_sxm5": ("4x H100 (80 GB SXM5)", "H100 (80 GB SXM5)", 1236, 104, 900, 11264, 4),
     "gpu_8x_h100_sxm5": ("8x H100 (80 GB SXM5)", "H100 (80 GB SXM5)", 2392, 208, 1800, 22528, 8),
     "gpu_1x_gh200": ("1x GH200 (96 GB)", "GH200 (96 GB)", 149, 64, 432, 4096, 1),
+    "gpu_1x_b200_sxm6": ("1x B200 (180 GB SXM6)", "B200 (180 GB SXM6)", 599, 26, 360, 2816, 1),
+    "gpu_2x_b200_sxm6": ("2x B200 (180 GB SXM6)", "B200 (180 GB SXM6)", 1198, 52, 720, 5632, 2),
     "gpu_8x_b200_sxm6": ("8x B200 (180 GB SXM6)", "B200 (180 GB SXM6)", 4792, 208, 2900,
                          22528, 8),
     "cpu_4x_general": ("4x CPU General (16 GiB)", "N/A", 20, 4, 16, 100, 0),
@@ -55,6 +57,8 @@ START_CAPACITY: dict[tuple[str, str], int] = {
     **{(t, r): 4 for t in ("gpu_8x_h100_sxm5", "gpu_8x_a100") for r in ("us-west-3", "us-south-2")},
     ("gpu_1x_a6000", "us-west-2"): 4,
     ("gpu_1x_h100_sxm5", "us-east-3"): 4,
+    ("gpu_8x_a100_80gb_sxm4", "us-west-3"): 2,
+    ("gpu_1x_b200_sxm6", "us-east-1"): 2,
 }  # fmt: skip
 
 IMAGE_FAMILIES: dict[str, str] = {

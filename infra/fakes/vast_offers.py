@@ -37,6 +37,15 @@ SEED: list[tuple[str, int, int, float, float, bool, float, float, str, int, int]
     ("RTX A6000", 1, 49140, 0.45, 0.9300, False, 11.8, 300.0, "Stockholm, SE", 30, 860),
     ("Tesla V100", 1, 16384, 0.12, 0.9000, False, 11.4, 100.0, ", IN", 10, 700),
     ("H200", 8, 143771, 25.00, 0.9990, True, 12.8, 10000.0, "California, US", 200, 900),
+    # what SkyPilot's recipes ask for most (L4, T4, A10, L40, RTX 5090, B200); appended so
+    # the ids above stay as they were
+    ("L4", 1, 23034, 0.28, 0.9950, True, 12.4, 500.0, "Oregon, US", 60, 890),
+    ("L4", 2, 23034, 0.55, 0.9920, True, 12.4, 800.0, "Ohio, US", 60, 890),
+    ("Tesla T4", 1, 15360, 0.10, 0.9900, True, 12.2, 200.0, "Texas, US", 40, 750),
+    ("A10", 1, 23028, 0.30, 0.9910, True, 12.4, 300.0, "Virginia, US", 40, 860),
+    ("L40", 1, 46068, 0.70, 0.9900, True, 12.4, 600.0, "Nevada, US", 40, 890),
+    ("RTX 5090", 1, 32607, 0.60, 0.9930, True, 12.8, 400.0, "Bavaria, DE", 80, 1200),
+    ("B200", 8, 183359, 36.00, 0.9990, True, 12.8, 12000.0, "Texas, US", 200, 1000),
 ]
 
 

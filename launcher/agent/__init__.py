@@ -24,10 +24,13 @@ CHECKPOINT_SOURCES = tuple(
                  "ckpt_logs.py", "ckpt_watch.py")
 )  # fmt: skip
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
+RESERVE_SOURCE = Path(__file__).with_name("reserve.py")
+"""Room kept for a node's end on a disk the job may fill: shipped beside the agent."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
-                 str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE))  # fmt: skip
+                 str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
+                 str(RESERVE_SOURCE))  # fmt: skip
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""

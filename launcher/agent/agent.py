@@ -33,6 +33,7 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
+from reserve import make_reserve, skipped_if_full, write_status
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
 from stopping import (
@@ -150,7 +151,8 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     # Seen before a start that may take long (a `docker run` pulling): the supervisor is
     # alive from now on (autostop's busy check, status_of), still `starting` for `start`.
     asked = read_json(node_dir / STATUS).get("requested_at", status["started_at"])
-    write_json(node_dir / STATUS, {**status, "state": "starting", "requested_at": asked})
+    make_reserve(node_dir)
+    write_status(node_dir, {**status, "state": "starting", "requested_at": asked})
     try:
         status.update(job.start(env))
     except StartFailed as failed:
@@ -159,10 +161,10 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         status.update(state="failed", exit_code=failed.code, ended_at=time.time(),
                       reason=reason)  # fmt: skip
         job.end()  # a container `docker run` created and could not start holds the secrets
-        write_json(node_dir / STATUS, status)  # after: whoever sees the failure sees it gone
+        write_status(node_dir, status)  # after: whoever sees the failure sees it gone
         return failed.code
     status["state"] = "running"
-    write_json(node_dir / STATUS, status)
+    write_status(node_dir, status)
     if (node_dir / "cancel-requested").exists():  # it came while the start was under way
         log_line(node_dir, "cancel: it came during the start; stopping the job")
         job.stop(float(config.get("grace_s", 30)))
@@ -192,7 +194,7 @@ def _sampler(node_dir: Path, status: dict[str, Any]) -> Callable[[int], None]:
         status["peak_rss_bytes"] = max(rss, status.get("peak_rss_bytes", 0))
         if time.monotonic() - last_write > 5:
             with STATUS_LOCK:
-                write_json(node_dir / STATUS, status)
+                write_status(node_dir, status)
             last_write = time.monotonic()
 
     return sample
@@ -221,7 +223,7 @@ def _record_end(
         if status.get("timed_out"):  # the time limit stopped it; the program's code is kept
             status.update(state=TIMED_OUT, program_exit_code=code, exit_code=TIMED_OUT_CODE,
                           reason=timed_out_reason(status, care))  # fmt: skip
-        write_json(node_dir / STATUS, status)
+        write_status(node_dir, status)
 
 
 def _limit_watch(
@@ -235,7 +237,7 @@ def _limit_watch(
     def publish(update: dict[str, Any]) -> None:
         with STATUS_LOCK:
             status.update(update)
-            write_json(node_dir / STATUS, status)
+            write_status(node_dir, status)
 
     def ending() -> bool:
         return (node_dir / "cancel-requested").exists() or bool(status.get("stopped_reason"))
@@ -273,7 +275,7 @@ def _stop_on_usr1(
                 timed_out=slurm.get("time_limit", "?"),
                 timed_out_by="SLURM's time limit, --time; stopped at its USR1 warning",
             )
-            write_json(node_dir / STATUS, status)
+            write_status(node_dir, status)
         log_line(node_dir, f"SLURM's time limit is near (USR1, {slurm.get('warn_s', '?')} s "
                  f"before it): stopping the job (SIGTERM, grace {grace:g} s)")  # fmt: skip
         job.stop(grace)
@@ -306,12 +308,13 @@ def _checkpoint_watch(
     )
 
     def say(text: str) -> None:
-        os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
+        with skipped_if_full():
+            os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
 
     def publish(update: dict[str, Any]) -> None:
         with STATUS_LOCK:
             status.update(update)
-            write_json(node_dir / STATUS, status)
+            write_status(node_dir, status)
 
     def stop_job(reason: str) -> None:
         publish({"stopped_reason": reason})

@@ -1,13 +1,18 @@
-"""The node logs of a host shipped to S3 beside the checkpoints, so `gpujob logs` works after
-the host is gone. Stdlib only; shipped beside the agent."""
+"""What the agent ships beside the checkpoints of its run: the node logs, so `gpujob logs`
+works after the host is gone, and the run's manifest, so a reader knows whose checkpoints
+these are. Stdlib only; shipped beside the agent."""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ckpt_store
 import ckpt_sync
 
 
@@ -45,3 +50,33 @@ class LogShipper:
                     self.say(f"shipping {name} to {self.logs_to} failed: {err}")
                 continue
             self.shipped[name] = size
+
+
+def write_manifest(rc: ckpt_sync.Rclone, run_path: str, run: dict[str, str]) -> dict[str, object]:
+    """`<run>/gpujob-run.json` after a push: the run's name, the job and spec hash that pushed
+    last, every job that pushed to it, and the steps complete there now. One object written
+    whole (`rclone copyto` of a finished local file: S3 shows the old or the new one)."""
+    where = f"{run_path}/{ckpt_store.RUN_MANIFEST}"
+    try:
+        said = rc.run("cat", where, what=f"reading {where}", capture=True, changes=False)
+        old = json.loads(said or "{}")
+    except (ckpt_sync.SyncError, ValueError):
+        old = {}  # none yet (rclone cat of a missing object fails)
+    jobs = [j for j in old.get("jobs", []) if j != run["job_id"]] if isinstance(old, dict) else []
+    steps = sorted(ckpt_store.step_of(n) or 0 for n in ckpt_sync.remote_markers(rc, run_path))
+    body = {
+        "run": run["name"],
+        "job_id": run["job_id"],
+        "spec_hash": run["spec_hash"],
+        "jobs": [*jobs, run["job_id"]],
+        "steps": steps,
+        "updated_at": int(time.time()),
+    }
+    fd, tmp = tempfile.mkstemp(prefix=".gpujob-run.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(body, out, indent=1, sort_keys=True)
+        rc.run("copyto", tmp, where, "--s3-no-head", what=f"writing {where}", capture=True)
+    finally:
+        os.unlink(tmp)
+    return body

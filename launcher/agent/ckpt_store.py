@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 MARKER = ".gpujob-complete"
+RUN_MANIFEST = "gpujob-run.json"
+"""Beside a run's checkpoints in S3 (`<sync_to>/<run>/`): whose they are (ckpt_logs)."""
 NAME = re.compile(r"^(?:checkpoint|step|global_step)[-_]?(?P<step>\d+)$")
 INCOMPLETE_HF = "checkpoint-is-incomplete.txt"
 VERL_TRACKER = "latest_checkpointed_iteration.txt"

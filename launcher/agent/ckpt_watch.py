@@ -50,6 +50,8 @@ class WatchConfig:
     job_dir: Path | None = None
     log_every_s: float = 60.0
     complete_when: str | None = None
+    run: dict[str, str] | None = None
+    """Whose checkpoints `sync_to` holds (its run folder): name, job_id, spec_hash."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any], node_dir: Path) -> WatchConfig:
@@ -64,6 +66,7 @@ class WatchConfig:
             job_dir=Path(data["job_dir"]) if data.get("job_dir") else None,
             log_every_s=float(data.get("log_every_s", 60.0)),
             complete_when=data.get("complete_when"),
+            run=data.get("run"),
         )
 
 
@@ -243,30 +246,34 @@ class Watcher:
         if landed:
             self.say(f"synced {', '.join(landed)} to {self.config.sync_to} (verified)")
             self._prune_remote(rc, set(landed))
-        self.publish(
-            {
-                "sync": {
-                    "failures": self.sync_failures,
-                    "synced": sorted(self.synced, key=lambda n: ckpt_store.step_of(n) or 0),
-                }
-            }
-        )
+        synced = sorted(self.synced, key=lambda n: ckpt_store.step_of(n) or 0)
+        self.publish({"sync": {"failures": self.sync_failures, "synced": synced}})
+
+    def _manifest(self, rc: ckpt_sync.Rclone) -> None:
+        """The run's manifest beside its checkpoints, after each push and its retention."""
+        if self.config.run and self.config.sync_to:
+            try:
+                ckpt_logs.write_manifest(rc, self.config.sync_to, self.config.run)
+            except (ckpt_sync.SyncError, OSError) as err:
+                self.say(f"run manifest in {self.config.sync_to} not written: {err}")
 
     def _prune_remote(self, rc: ckpt_sync.Rclone, fresh: set[str]) -> None:
         """`keep_last` holds in the bucket as on the host, over what this watcher pushed and
-        verified (never the newest, never one of `fresh`, the push just made)."""
-        if self.config.keep_last is None or not self.config.sync_to:
-            return
-        try:
-            gone = ckpt_sync.prune_remote(
-                rc, self.config.sync_to, self.config.keep_last, set(self.synced), fresh
-            )
-        except ckpt_sync.SyncError as err:
-            self.say(f"retention in {self.config.sync_to} failed: {err}; tried again next sync")
-            return
+        verified (never the newest, never one of `fresh`, the push just made); then the
+        run's manifest says what is there, when anything changed."""
+        gone: list[str] = []
+        if self.config.keep_last is not None and self.config.sync_to:
+            try:
+                gone = ckpt_sync.prune_remote(
+                    rc, self.config.sync_to, self.config.keep_last, set(self.synced), fresh
+                )
+            except ckpt_sync.SyncError as err:
+                self.say(f"retention in {self.config.sync_to} failed: {err}; tried again next sync")
         if gone:
             self.say(f"retention in {self.config.sync_to}: deleted {', '.join(gone)} "
                      f"(keep_last {self.config.keep_last})")  # fmt: skip
+        if fresh or gone:
+            self._manifest(rc)
 
     def _protected(self) -> set[str]:
         pending = {c.name for c in ckpt_store.complete(self.config.root)} - self.hooked
@@ -287,25 +294,15 @@ class Watcher:
             )
         if freed or done:
             left = ckpt_store.complete(self.config.root)
-            self.publish(
-                {
-                    "checkpoints": {
-                        "complete": [c.name for c in left],
-                        "latest": left[-1].name if left else None,
-                    }
-                }
-            )
+            latest = left[-1].name if left else None
+            self.publish({"checkpoints": {"complete": [c.name for c in left], "latest": latest}})
         return freed
 
     def _disk(self) -> None:
         total, free, percent = ckpt_store.disk_usage(self.config.root)
         level = max((w for w in WARN_AT if percent >= w), default=0)
-        disk = {
-            "used_pct": round(percent, 1),
-            "free_bytes": free,
-            "total_bytes": total,
-            "checkpoint_bytes": self.last_size,
-        }
+        disk = {"used_pct": round(percent, 1), "free_bytes": free, "total_bytes": total,
+                "checkpoint_bytes": self.last_size}  # fmt: skip
         if level > self.warned:
             self.say(
                 f"disk warning: {self.config.root} is {percent:.1f}% full "

@@ -26,6 +26,7 @@ from agent_os import (
     signal_if_same,
     start_ticks,
 )
+from reserve import skipped_if_full
 
 Sample = Callable[[int], None]
 """Called about once a second while the job runs, with its processes' resident bytes."""
@@ -133,8 +134,9 @@ class ContainerJob:
         return {"container": self.container}
 
     def _write(self, log_fd: int, data: bytes) -> None:
-        os.write(log_fd, data)
-        self.not_the_container += len(data)
+        with skipped_if_full():  # a full disk: the start's outcome is still recorded
+            os.write(log_fd, data)
+            self.not_the_container += len(data)
 
     def wait(self, sample: Sample) -> int:
         """`docker wait`, asked again if the client call breaks while the container lives."""
@@ -167,7 +169,7 @@ class ContainerJob:
         lines = [f"{head}; `docker logs` says:" if said else f"{head}; `docker logs` is empty"]
         lines += [f"  {line}" for line in said]
         lines.append(f"hint: {HINTS.get(code, HINT_OTHERWISE)}")
-        with open(self.log, "ab") as log:
+        with skipped_if_full(), open(self.log, "ab") as log:
             log.write("".join(f"[gpujob-agent] {line}\n" for line in lines).encode())
         self.reason = f"{head}: {said[-1][-200:]}" if said else head
 

@@ -33,6 +33,7 @@ from agent_os import (
     start_ticks,
     write_json,
 )
+from reserve import skipped_if_full, write_status
 from runtimes import stop_container, stop_processes, stop_tree
 from states import CANCELLED, FAILED, LOST, STARTING, TERMINAL
 
@@ -198,7 +199,7 @@ def record_never_started(node_dir: Path) -> dict[str, Any]:
 def log_line(node_dir: Path, text: str) -> None:
     """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
     config = read_json(node_dir / "job.json")
-    with open(node_dir / config.get("log", "job.log"), "ab") as log:
+    with skipped_if_full(), open(node_dir / config.get("log", "job.log"), "ab") as log:
         log.write(f"[gpujob-agent] {text}\n".encode())
 
 
@@ -285,7 +286,7 @@ def _stop_leftovers(
         status.update(state=CANCELLED, exit_code=143,
                       reason=f"cancelled after the agent died ({left.what} stopped)")  # fmt: skip
     status["ended_at"] = time.time()
-    write_json(node_dir / STATUS, status)
+    write_status(node_dir, status)  # through the reserve the dead supervisor left, if full
     return _say(status)
 
 

@@ -130,6 +130,9 @@ def up(host: str | None, as_json: bool, **kwargs: Any) -> None:
         sys.exit(up_static(host, UpOptions(gpu=kwargs.pop("gpu") or "", **kwargs), as_json))
     if not kwargs["gpu"]:
         raise UsageError("name a GPU (a100, h100:8) or a machine with --host", "gpujob up --help")
+    from launcher.cli.jobs import provider_for
+
+    kwargs["provider"] = provider_for(kwargs["gpu"], kwargs["provider"])
     sys.exit(run_up(UpOptions(**kwargs)))
 
 

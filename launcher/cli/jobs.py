@@ -53,13 +53,60 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--recover", is_flag=True,
               help="With --up: restart the job on fresh hosts when a host is lost (the "
               "spec's `recovery:`, or its defaults); needs checkpoints.sync_to.")  # fmt: skip
+@click.option("--resume-from", "resume_path", metavar="REMOTE:PREFIX/RUN[/checkpoint-N]",
+              help="Start from this checkpoint in S3 (a run's newest when none is named): "
+              "pulled onto node 0, verified, named by GPUJOB_RESUME_FROM.")  # fmt: skip
+@click.option("--env", "envs", multiple=True, metavar="NAME[=VALUE]",
+              help="A variable for the job (SkyPilot's --env); NAME alone: from your "
+              "environment (a task's `NAME: null` then stays a secret).")  # fmt: skip
+@click.option("--env-file", "env_files", multiple=True, metavar="FILE",
+              help="Variables from a dotenv file (NAME=VALUE lines).")  # fmt: skip
+@click.option("--secret", "secrets", multiple=True, metavar="NAME[=VALUE]",
+              help="A secret for the job (masked everywhere, never in a 0644 file); NAME "
+              "alone: from your environment.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.commands.submit import SubmitOptions
     from launcher.commands.submit import submit as run_submit
 
     _refuse_idle_flags(kwargs)
+    _env_flags(kwargs)
+    if kwargs["up"]:
+        kwargs["provider"] = provider_for(kwargs["up"], kwargs["provider"])
     sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
+
+
+def _env_flags(kwargs: dict[str, Any]) -> None:
+    """--env-file's lines join --env; --secret NAME=VALUE puts the value in this process's
+    environment (never on a later command line, in the job's record or a log), where the
+    launch and a recovery controller started from here read it, as for an exported one."""
+    import os
+
+    from launcher.spec.env_flags import env_name, read_env_file
+
+    envs = [item for path in kwargs.pop("env_files") for item in read_env_file(path)]
+    for item in kwargs["envs"]:
+        env_name(item.partition("=")[0], "--env")
+        envs.append(item)
+    names = []
+    for item in kwargs["secrets"]:
+        name, sep, value = item.partition("=")
+        names.append(env_name(name, "--secret"))
+        if sep:
+            os.environ[name] = value
+    kwargs["envs"], kwargs["secrets"] = tuple(envs), tuple(names)
+
+
+def provider_for(gpu: str, provider: str) -> str:
+    """`--up l4` without --provider: the cloud that sells it, said in one line."""
+    from launcher.clouds.gpus import serving_provider
+    from launcher.say import say
+
+    given = click.get_current_context().get_parameter_source("provider")
+    chosen, why = serving_provider(gpu, provider, given is click.core.ParameterSource.COMMANDLINE)
+    if why:
+        say(why)
+    return chosen
 
 
 WITH_UP = ("provider", "max_price", "disk", "allow_cpu")
@@ -108,8 +155,12 @@ def status(as_json: bool, limit: int) -> None:
     from launcher.state.hosts import host_rows
     from launcher.targets.cloud.autostop import with_autostop
     from launcher.targets.cloud.cost import budget_warnings
+    from launcher.targets.cloud.reconcile import for_status
 
+    unverified = for_status()  # the hosts db squared with each cloud first
     rows, hosts = status_rows(limit), with_autostop(host_rows())
+    for host in hosts:
+        host["verified"] = host["provider"] not in unverified
     for line in budget_warnings(hosts):
         click.echo(f"gpujob: {line}", err=True)
     if as_json:
@@ -120,7 +171,9 @@ def status(as_json: bool, limit: int) -> None:
     if hosts:
         columns = ("name", "provider", "gpu", "status", "address", "price_per_hour",
                    "uptime_h", "cost_so_far", "autostop")  # fmt: skip
-        shown = [dict(h, autostop=h.get("autostop_text")) for h in hosts]
+        shown = [dict(h, autostop=h.get("autostop_text"),
+                      status=h["status"] if h["verified"] else f"{h['status']} (unverified)")
+                 for h in hosts]  # fmt: skip
         click.echo(table(shown, columns) + "\n")
     if not rows:
         click.echo("no jobs yet; try: gpujob init quickstart && gpujob submit quickstart.yaml")

@@ -14,6 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from launcher.clouds.gpus import GPUS as GPUS  # the catalog, re-exported
+from launcher.clouds.gpus import GpuModel as GpuModel
+from launcher.clouds.gpus import gpu_model, sold_where
 from launcher.errors import GpujobError, UsageError
 from launcher.state.owner import TAG as TAG  # the tag and the names it starts, re-exported
 from launcher.state.owner import owner
@@ -26,39 +29,6 @@ def instance_name(gpu: str) -> str:
     import secrets
 
     return f"{TAG}{owner().short}-{gpu}-{secrets.token_hex(3)}"
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """One GPU a user can ask for, in each cloud's own spelling.
-
-    Lambda is matched on the model in `gpu_description` ("A100 (40 GB PCIe)"), Vast on the
-    exact, spaced `gpu_name` values (Vast matches names exactly, so a family is a list).
-    """
-
-    name: str
-    lambda_model: str
-    vast_names: tuple[str, ...]
-    min_memory_gb: int = 0
-
-
-GPUS: dict[str, GpuModel] = {
-    g.name: g
-    for g in (
-        GpuModel("a10", "A10", ("A10",)),
-        GpuModel("a6000", "A6000", ("RTX A6000",)),
-        GpuModel("a100", "A100", ("A100 PCIE", "A100 SXM4", "A100X")),
-        GpuModel("a100-80gb", "A100", ("A100 PCIE", "A100 SXM4", "A100X"), 80),
-        GpuModel("h100", "H100", ("H100 PCIE", "H100 SXM", "H100 NVL")),
-        GpuModel("h200", "H200", ("H200", "H200 NVL")),
-        GpuModel("gh200", "GH200", ()),
-        GpuModel("b200", "B200", ("B200",)),
-        GpuModel("l40s", "L40S", ("L40S",)),
-        GpuModel("v100", "V100", ("Tesla V100",)),
-        GpuModel("rtx4090", "RTX 4090", ("RTX 4090",)),
-        GpuModel("rtx3090", "RTX 3090", ("RTX 3090",)),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -86,19 +56,21 @@ def parse_gpu_request(
     region: str | None = None,
     spot: bool = False,
 ) -> GpuRequest:
-    """`a100`, `h100:8`, `a100-80gb:2` (case-insensitive). Unknown names list the known ones,
-    so a typo is answered with the fix rather than with "no offers"."""
-    found = re.fullmatch(r"\s*([A-Za-z0-9-]+)\s*(?::\s*(\d+))?\s*", text)
+    """`a100`, `h100:8`, `A100-80GB:2`, `RTX4090` (SkyPilot's names, case-insensitive).
+    Unknown names list the known ones, so a typo is answered with the fix rather than with
+    "no offers"."""
+    found = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9 _-]*?)\s*(?::\s*(\d+))?\s*", text)
     if not found:
         raise UsageError(f"cannot read GPU request {text!r}", "write GPU or GPU:COUNT, e.g. h100:8")
     name, count = found.group(1).lower(), int(found.group(2) or 1)
-    if name not in GPUS:
+    gpu = gpu_model(name)
+    if gpu is None:
         raise UsageError(f"unknown GPU {name!r}", f"known GPUs: {', '.join(GPUS)}")
     if not 1 <= count <= 16:
         raise UsageError(f"GPU count {count} is out of range", "ask for 1 to 16 GPUs per host")
     if max_price is not None and max_price <= 0:
         raise UsageError("--max-price must be above 0 ($/hour)")
-    return GpuRequest(GPUS[name], count, min_disk_gb, max_price, region, spot)
+    return GpuRequest(gpu, count, min_disk_gb, max_price, region, spot)
 
 
 @dataclass(frozen=True)
@@ -321,5 +293,6 @@ def no_offers(provider: str, request: GpuRequest) -> ProviderError:
     where = " ".join(x for x in limits if x)
     return ProviderError(
         f"{provider}: no offer for {request.label}" + (f" {where}" if where else ""),
-        "raise --max-price, drop --region, or try the other --provider",
+        "raise --max-price, drop --region, or try the other --provider "
+        f"({sold_where(request.gpu)})",
     )

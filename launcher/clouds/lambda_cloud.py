@@ -125,7 +125,9 @@ class LambdaCloud:
             model = GPU_DESCRIPTION.match(described.removeprefix(f"{gpus}x "))
             if not model or gpus != request.count:
                 continue
-            if model.group(1) != request.gpu.lambda_model:
+            if model.group(1) != request.gpu.lambda_model or not request.gpu.lambda_model:
+                continue
+            if request.gpu.lambda_form not in described:  # `h100-sxm`: SXM5, not PCIe
                 continue
             if int(model.group(2)) < request.gpu.min_memory_gb or disk < request.min_disk_gb:
                 continue

@@ -8,7 +8,7 @@ hands the hosts over to the job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
@@ -43,7 +43,17 @@ def submit(options: SubmitOptions) -> int:
 def _submit(request: LaunchRequest, rent: Rent | None) -> int:
     from launcher.jobs.launch import launch
 
-    started = launch(request, target_for_request(request, rent))
+    before_start = None
+    if request.resume_path:  # found and checked before anything is contacted or rented
+        from launcher.storage.resume import find_resume
+        from launcher.supervise.recover_steps import Checkpoint, pull_onto_head
+
+        found = find_resume(request.resume_path, request.spec_path, request.sets)
+        say(f"resuming from {found.remote}/{found.name} (step {found.step}): pulled onto node "
+            "0 before the start, verified")  # fmt: skip
+        request = replace(request, resume_from=found.name)
+        before_start = pull_onto_head(Checkpoint(found.name, found.step, found.remote))
+    started = launch(request, target_for_request(request, rent), before_start)
     if started is None:  # a dry run: printed
         return 0
     try:

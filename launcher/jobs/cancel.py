@@ -11,18 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.errors import GpujobError
+from launcher.jobs.lifecycle import failed_to_start, settle
 from launcher.jobs.state import JobState, is_terminal, record_job_state
 from launcher.say import say
 from launcher.state.db import JobRecord, StateDB
 from launcher.state.readonly import JobsView
 from launcher.targets.base import target_for
 
+START_WAIT_S = 60.0
+"""How long a cancel waits for a live submit to finish starting the job it cancels."""
+
 
 def cancel_job(job: JobRecord, grace_s: float) -> None:
     """Stop every node of the job (its target records how it ended) and say so."""
     if cancel_recovering(job.id):  # its hosts are being replaced: none to ask
         return
+    job = settle(StateDB(), job, START_WAIT_S)  # a start in progress or interrupted, resolved
+    if failed_to_start(job) and not job.unconfirmed:
+        say(f"job {job.id} never started ({job.last_line}); nothing to cancel")
+        return
     cancelled = target_for(job).cancel(job, grace_s)
+    if _under_recovery(job):  # the user's word: no restart, whatever the agents answered
+        StateDB().update_job(job.id, JobState.CANCELLED)
+        say(f"{cancelled.line}; its recovery controller makes no restart and ends its hosts")
+        return
     answers = cancelled.answers
     if answers and all(a.get("state") for a in answers):  # each agent's end, as it recorded it
         state = record_job_state(StateDB(), job, answers)[0]
@@ -32,6 +44,17 @@ def cancel_job(job: JobRecord, grace_s: float) -> None:
     elif answers:  # an agent that printed no status
         StateDB().update_job(job.id, JobState.CANCELLED)
     say(cancelled.line)
+
+
+def _under_recovery(job: JobRecord) -> bool:
+    """A job whose recovery controller has not finished: its cancel is recorded `cancelled`
+    whatever the agents answered (a node reading `lost` or `failed` would otherwise be
+    rented again and restarted after the user cancelled it); the controller sees that
+    word, lets the agents ship what is left and terminates the job's hosts."""
+    from launcher.state.recovery import RecoveryDB
+
+    record = RecoveryDB().get(job.id)
+    return record is not None and not record.over
 
 
 def cancel_recovering(job_id: str) -> bool:

@@ -36,6 +36,8 @@ from launcher.state.db import JobRecord, StateDB
 from launcher.targets.base import Node, Target, close_all, target_for
 
 FAIL_FAST_GRACE_S = 10.0
+START_WAIT_S = 120.0
+"""How long `logs -f` waits for a live submit to finish starting the job."""
 CAUSE_LINES = 12
 TORCHRUN_FAILED = re.compile(
     r"torch[./]distributed[./]elastic.*failed \(exitcode: |ChildFailedError"
@@ -60,7 +62,14 @@ def show_log(
     open (submit's; the log falls back to S3 only without them); `first_reads`: reads from
     byte 0 already made, by node rank (submit's); `on_stop`: called when a follow stops
     with the job still running (its keeper takes over)."""
+    from launcher.jobs.lifecycle import failed_to_start, settle
+
     db = StateDB()
+    if opened is None:  # not submit's own follow: a start in progress or interrupted, resolved
+        job = settle(db, job, START_WAIT_S if follow else 0.0)
+        if failed_to_start(job) and not job.unconfirmed:
+            say(f"job {job.id} {job.last_line}")
+            return 1
     target = target_for(job)
     nodes = target.nodes(job, opened)
     try:
@@ -127,8 +136,8 @@ def _logs(
         state = failed.status.get("state")
         say(f"node {failed.rank} {state} (exit code {failed.status.get('exit_code')}); "
             "stopping the other nodes")  # fmt: skip
-        for other in nodes:
-            if other.rank != failed.rank:
+        for other in nodes:  # a lost node too: its processes may outlive its supervisor
+            if other.rank != failed.rank or state == JobState.LOST:
                 other.cancel(FAIL_FAST_GRACE_S)
 
     def hand_over() -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.errors import UsageError
+from launcher.errors import ManyUsageErrors, UsageError
 from launcher.plan.recovery import Policy
 from launcher.say import say
 from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
@@ -35,7 +35,8 @@ def launch(
     try:
         job = prepare(request)
         if request.up:
-            request = dataclasses.replace(request, up=gpus_to_rent(request.up, job.loaded))
+            request = dataclasses.replace(request, up=gpus_to_rent(request.up, job.loaded),
+                                          max_price=_max_price(request, job.loaded))  # fmt: skip
         submission = target.dryrun(job, request)
         if request.dry_run:
             sys.stdout.write(submission.text(request.as_json))
@@ -55,15 +56,20 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.plan.build import JOB_ID, Sources
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_job_spec
+    from launcher.spec.shell_hazards import script_hazards
     from launcher.state.owner import user_name
 
-    loaded = load_job_spec(request.spec_path, request.sets)
+    loaded = load_job_spec(request.spec_path, request.sets, up=request.up,
+                           envs=tuple(request.envs), secrets=tuple(request.secrets))  # fmt: skip
     spec = loaded.spec
     _say_translation(loaded, request.dry_run)
     if spec.resources.use_spot and not request.up:  # only a rental is ever interruptible
         where = "the --on hosts" if request.on else "this machine"
         say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
             f"effect without --up (nothing is rented); the job runs on {where}")  # fmt: skip
+    hazards = script_hazards(loaded)  # the script's batch arithmetic and merge, as written
+    if hazards:
+        raise ManyUsageErrors(hazards)
     policy = policy_for(request, loaded)  # refused before anything is rented
     if policy is not None and request.dry_run:
         events = ", ".join(policy.on)
@@ -144,6 +150,16 @@ def gpus_to_rent(up: str, loaded: LoadedSpec) -> str:
             f"write --up {name}:{asked}, or --set resources.accelerators={name.upper()}:{count}",
         )
     return up
+
+
+def _max_price(request: LaunchRequest, loaded: LoadedSpec) -> float | None:
+    """--max-price, else the spec's `resources.max_hourly_cost` (SkyPilot's cap)."""
+    cap = loaded.spec.resources.max_hourly_cost
+    if request.max_price is None and cap is not None:
+        say(f"{loaded.where('resources', 'max_hourly_cost')}: resources.max_hourly_cost: "
+            f"offers up to ${cap:.2f}/hour")  # fmt: skip
+        return cap
+    return request.max_price
 
 
 def _say_translation(loaded: LoadedSpec, dry_run: bool) -> None:

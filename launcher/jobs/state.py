@@ -124,16 +124,30 @@ class Seen:
 
 
 def refresh(db: StateDB, job: JobRecord) -> Seen:
-    """A job's state for `status`: a job not ended is asked through its target and what its
-    nodes say is recorded; a host that does not answer shows `unreachable`, the record kept.
-    The rules for a record that may be stale go here (a job recorded but never started, one
-    recorded as ended that still runs)."""
+    """A job's state for `status`: a job not ended, or recorded as ended by a client that
+    could not ask its agents (`unconfirmed`), is asked through its target and what its nodes
+    say is recorded; a host that does not answer shows `unreachable`, the record kept. A job
+    whose submit died before its nodes started is resolved (lifecycle.py)."""
+    from launcher.jobs.lifecycle import abandoned, never_started, resolve_abandoned
     from launcher.targets.base import target_for
 
-    if job.terminal:
-        return Seen(job.state, job.exit_code, job.last_line)
+    recorded = Seen(job.state, job.exit_code, job.last_line)
+    if job.terminal and not job.unconfirmed:
+        return recorded
     statuses = target_for(job).statuses(job)
-    if statuses is None:
-        return Seen(JobState.UNREACHABLE, job.exit_code, job.last_line)
+    if statuses is None:  # a host did not answer
+        unreachable = Seen(JobState.UNREACHABLE, job.exit_code, job.last_line)
+        return recorded if job.terminal else unreachable
+    if job.terminal:  # an end the agents never confirmed: do they say otherwise?
+        if all(never_started(s) for s in statuses):
+            db.update_job(job.id, job.state)  # confirmed: nothing ever ran
+            return Seen(job.state, job.exit_code, job.last_line, statuses)
+        db.reopen_job(job.id, JobState.RUNNING)
+    elif abandoned(job):
+        resolved = resolve_abandoned(db, job, statuses)
+        if resolved is not None:
+            return resolved
     state, code, last = record_job_state(db, job, statuses)
+    if state == JobState.RUNNING and job.state != JobState.RUNNING:
+        db.update_job(job.id, JobState.RUNNING)  # adopted: its nodes run
     return Seen(state, code, last, statuses)

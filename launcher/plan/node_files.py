@@ -4,6 +4,7 @@ run (SLURM starts the nodes), in a 0600 file the agent deletes at the start."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -21,9 +22,32 @@ GRACE_S = 30
 
 
 def logs_path(sync_path: str, job_id: str) -> str:
-    """The job's node logs in S3, beside its checkpoints: `gpujob logs` reads them there once
-    the host is gone. (`storage tree` shows the folder as job logs, not a checkpoint.)"""
+    """The job's node logs in S3, in its run's folder beside its checkpoints (`sync_path` is
+    that folder): `gpujob logs` reads them there once the host is gone. (`storage tree` shows
+    the folder as job logs, not a checkpoint.)"""
     return f"{sync_path}/logs/{job_id}"
+
+
+def run_name(spec: JobSpec, job_id: str) -> str:
+    return spec.checkpoints.run or job_id
+
+
+def spec_hash(spec: JobSpec) -> str:
+    """What the manifest records of the spec: enough to tell a different spec apart. Without
+    `checkpoints.run`, so that naming the run of an earlier job of the same spec continues it."""
+    data = spec.model_dump(mode="json")
+    data["checkpoints"].pop("run", None)
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_prefix(prefix: str, run: str) -> str:
+    return f"{prefix.strip('/')}/{run}".lstrip("/")
+
+
+def run_record(spec: JobSpec, job_id: str) -> dict[str, str]:
+    """The agent's `checkpoints.run` (ckpt_watch.WatchConfig.run): what its manifest says."""
+    return {"name": run_name(spec, job_id), "job_id": job_id, "spec_hash": spec_hash(spec)}
 
 
 def checkpoint_care(
@@ -39,19 +63,23 @@ def checkpoint_care(
     the job's processes do. The remote's keys come on the start's stdin, or with
     `storage_file` in a 0600 file the agent deletes."""
     ckpt = spec.checkpoints
-    return {
+    run = run_record(spec, job_id)
+    care: dict[str, object] = {
         "logs_to": logs_path(sync.rclone_path, job_id) if sync else None,
         "job_dir": job_dir,
         "dir": str(PurePosixPath(job_dir) / ckpt.dir),
         "keep_last": ckpt.keep_last,
         "sync_to": sync.rclone_path if sync else None,
-        "sync_remote": ckpt.sync_to,
+        "sync_remote": f"{ckpt.sync_to.rstrip('/')}/{run['name']}" if ckpt.sync_to else None,
         "on_checkpoint": ckpt.on_checkpoint,
         "complete_when": ckpt.complete_when,
         "hook_env": job_env or {},
         "workdir": f"{job_dir}/workdir",
         "storage_env_file": STORAGE_JSON if storage_file and sync and sync.env else None,
     }
+    if sync:
+        care["run"] = run  # whose checkpoints these are: the agent's manifest says so
+    return care
 
 
 def job_limits(spec: JobSpec, sync: CheckpointSync | None) -> JobLimits | None:

@@ -4,8 +4,9 @@ On a terminal the job's control bytes are shown, not obeyed: an escape sequence 
 the window, move the cursor over earlier lines or write to the clipboard (OSC 52). What
 progress bars need is kept (`\\r`, `\\b`, tab, newline, and the CSI sequences for colours,
 erasing the line and moving up one line, as tqdm and rich write them); every other C0 byte
-and escape is shown in caret notation (`^[`, `^G`). A file or a pipe gets the bytes as the
-job wrote them.
+and escape is shown in caret notation (`^[`, `^G`), and every C1 control (U+0080 to U+009F,
+as UTF-8 `\\xc2\\x9b` or a stray byte `\\x9b`: the one-byte CSI that a terminal obeys like
+`ESC [`) as `cat -v` shows it (`M-^[`). A file or a pipe gets the bytes as the job wrote them.
 
 A line rewritten with `\\r` (a progress bar) can be hundreds of MB before its newline; where
 lines are held to be prefixed with their node (`[node 1] `), what is held is compacted to what
@@ -22,8 +23,15 @@ LINE_MAX = 64 * 1024
 SEQUENCE_MAX = 32
 """An escape sequence cut between two reads is held up to this long, then shown escaped."""
 
-_CONTROL = re.compile(rb"\x1b\[[0-9;]*[mKA]|[\x00-\x07\x0b\x0c\x0e-\x1f\x7f]")
-_UNFINISHED = re.compile(rb"\x1b(\[[0-9;]*)?\Z")
+_UTF8 = rb"[\xc3-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}"
+"""Whole UTF-8 characters, kept: their bytes past the first are 0x80 to 0xBF, not stray C1
+bytes. `\\xc2` is left out: followed by 0x80..0x9F it is a C1 control (U+0080..U+009F)."""
+_CONTROL = re.compile(
+    rb"\x1b\[[0-9;]*[mKA]|" + _UTF8 + rb"|\xc2[\x80-\x9f]|[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+)
+_UNFINISHED = re.compile(
+    rb"(\x1b(\[[0-9;]*)?|[\xc2-\xdf]|[\xe0-\xef][\x80-\xbf]?|[\xf0-\xf4][\x80-\xbf]{0,2})\Z"
+)
 
 
 def caret(byte: int) -> bytes:
@@ -34,7 +42,11 @@ def caret(byte: int) -> bytes:
 
 def _shown(match: re.Match[bytes]) -> bytes:
     found = match.group()
-    return found if len(found) > 1 else caret(found[0])
+    if found[:1] == b"\xc2" and found[1:] < b"\xa0":
+        found = found[1:]  # U+0080..U+009F in UTF-8: the C1 control, shown as its byte
+    if len(found) > 1:
+        return found
+    return b"M-" + caret(found[0] - 0x80) if 0x80 <= found[0] < 0xA0 else caret(found[0])
 
 
 def terminal_safe(data: bytes, held: bytes = b"", final: bool = False) -> tuple[bytes, bytes]:

@@ -14,9 +14,15 @@ class BatchSpec(StrictModel):
     micro_batch: int | None = Field(default=None, ge=1)
 
 
-def batch_refusal(global_batch: int, world: int, micro: int) -> str:
+def batch_refusal(
+    global_batch: int,
+    world: int,
+    micro: int,
+    micro_name: str = "batch.micro_batch",
+    global_name: str = "global_batch",
+) -> str:
     """The division, what shell arithmetic would silently train on instead (seed 001's
-    start.sh), and the valid choices both ways."""
+    start.sh), and the valid choices both ways; the names as the user wrote them."""
     per_step = world * micro
     floor = global_batch // per_step
     silent = (
@@ -28,13 +34,13 @@ def batch_refusal(global_batch: int, world: int, micro: int) -> str:
     other_way = (
         f", or a world size of {', '.join(map(str, worlds[:8]))}"
         if worlds
-        else f" (no world size divides it with micro_batch {micro}: that needs a micro_batch "
-        f"that divides {global_batch})"
+        else f" (no world size divides it with {micro_name} {micro}: that needs a "
+        f"{micro_name} that divides {global_batch})"
     )
     return (
-        f"{global_batch} / (world_size {world} x batch.micro_batch {micro}) = "
+        f"{global_batch} / (world_size {world} x {micro_name} {micro}) = "
         f"{global_batch / per_step:.2f}, not a whole number of accumulation steps; {silent}; "
-        f"use a global_batch of {nearest_multiples(global_batch, per_step)}{other_way}"
+        f"use a {global_name} of {nearest_multiples(global_batch, per_step)}{other_way}"
     )
 
 

@@ -24,6 +24,7 @@ from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictMod
 from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, REMOTE_PATH, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
+from launcher.spec.shell_hazards import ChecksSpec
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
@@ -58,6 +59,10 @@ class Resources(StrictModel):
     autostop: AutostopSpec | None = Field(
         default=None, description="For hosts `submit --up` rents; `up --autostop` for others."
     )
+    max_hourly_cost: float | None = Field(
+        default=None, gt=0,
+        description="`submit --up`: highest $/hour per host (SkyPilot's name; --max-price wins).",
+    )  # fmt: skip
     use_spot: bool = Field(
         default=False,
         description="`submit --up` rents interruptible hosts at a bid (Vast; refused on Lambda, "
@@ -90,6 +95,10 @@ COMPLETE_FOLDER = re.compile(r"^(?:checkpoint|step|global_step)[-_]?\{step\}$")
 """The folder names ckpt_store.NAME recognises, with `{step}` in place of the number."""
 
 
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""A run's folder under `sync_to`: what a job id may be (plan.build.JOB_ID), one level."""
+
+
 class CheckpointSpec(StrictModel):
     dir: str = Field(
         default="checkpoints",
@@ -106,6 +115,12 @@ class CheckpointSpec(StrictModel):
         default=None,
         description="`REMOTE:prefix`: a remote under `storage` (or the user config) and a "
         "prefix inside its bucket; each complete checkpoint is copied there.",
+    )
+    run: str | None = Field(
+        default=None,
+        description="The run its checkpoints and shipped logs belong to, a folder under "
+        "`sync_to` (default: the job id, so runs never mix). Name one to continue a run on "
+        "purpose: its checkpoints stay, and recovery resumes from its newest.",
     )
     complete_when: str | None = Field(
         default=None,
@@ -153,6 +168,18 @@ class CheckpointSpec(StrictModel):
                 "write it as FOLDER/FILE, the folder one of checkpoint-{step}, step_{step} or "
                 "global_step_{step} (gpujob orders checkpoints by that step), e.g. "
                 "`step_{step}/DONE`"
+            )
+        return value
+
+    @field_validator("run")
+    @classmethod
+    def _run_name(cls, value: str | None) -> str | None:
+        if value is not None and (
+            not RUN_NAME.fullmatch(value) or COMPLETE_FOLDER.match(re.sub(r"\d+$", "{step}", value))
+        ):
+            raise ValueError(
+                "a folder name: letters, digits, `.`, `_` and `-` (up to 128), not a "
+                "checkpoint's name (`checkpoint-N`), e.g. `run: llama-sft`"
             )
         return value
 
@@ -245,6 +272,11 @@ class JobSpec(StrictModel):
         "sets them (ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES always are).",
     )
     checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    checks: ChecksSpec = Field(
+        default_factory=ChecksSpec,
+        description="Hazard checks of `run:`/`setup:` (batch arithmetic of the envs, merge "
+        "guard); `off` silences one where gpujob is wrong.",
+    )
     recovery: RecoverySpec | None = Field(
         default=None, description="Restart on fresh hosts when a host is lost (`submit --up`)."
     )

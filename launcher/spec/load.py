@@ -21,6 +21,8 @@ from pydantic import BaseModel, ValidationError
 
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
+from launcher.spec.both_worlds import own_spec_names, rclone_remotes
+from launcher.spec.env_flags import apply_env_flags, provided
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
 from launcher.spec.skypilot import Translation
@@ -47,7 +49,16 @@ class LoadedSpec:
         return _origin_of(self.origins, loc, str(self.path))
 
 
-def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
+def load_job_spec(
+    path: str | Path,
+    sets: list[str] | tuple[str, ...] = (),
+    *,
+    up: str | None = None,
+    envs: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+) -> LoadedSpec:
+    """`up`: `submit --up GPU`, which picks a SkyPilot task's candidate of that GPU; `envs`
+    and `secrets`: `submit --env`/`--secret` (spec/env_flags.py)."""
     path = Path(path)
     data, lines = read_yaml(
         path,
@@ -57,11 +68,16 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     )
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
     translation = None
-    if skypilot.is_task(data):
-        translation = skypilot.translate(data, origins, str(path), os.environ, os.getcwd())
-        data, origins = translation.data, translation.origins
-
     overrides = [_parse_set(item) for item in sets]
+    if skypilot.is_task(data):
+        given = provided(envs, secrets, [key for key, _ in overrides])
+        translation = skypilot.translate(
+            data, origins, str(path), os.environ, os.getcwd(), up, given
+        )
+        data, origins = translation.data, translation.origins
+    apply_env_flags(data, origins, envs, secrets, os.environ)
+    refusals = list(translation.errors) if translation else own_spec_names(data, origins, str(path))
+    refusals += rclone_remotes(data, origins, str(path))
     for key, _ in overrides:
         flag = f"--set {'.'.join(map(str, key))}"
         origins[key] = flag
@@ -76,7 +92,9 @@ def load_job_spec(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> L
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
-        raise _explain(err, origins, str(path)) from None
+        raise _explain(err, origins, str(path), refusals) from None
+    if refusals:
+        raise _many(refusals, str(path))
     return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
 
 
@@ -164,12 +182,19 @@ def _origin_of(origins: dict[Path_, str], loc: Path_, default: str) -> str:
     return default
 
 
-def _explain(err: ValidationError, origins: dict[Path_, str], filename: str) -> UsageError:
+def _explain(
+    err: ValidationError, origins: dict[Path_, str], filename: str, refusals: list[str]
+) -> UsageError:
     """Every error of the file at once, one line each, in the order of the file's lines
-    (`--set` flags after them), so that a file with four mistakes takes one try."""
-    lines = {_explain_one(error, origins, filename) for error in err.errors()}
-    ordered = sorted(lines, key=lambda text: _line_order(text, filename))
-    return ManyUsageErrors(ordered)
+    (`--set` flags after them), so that a file with four mistakes takes one try. With a
+    SkyPilot task's refusals, a field the refusal left out is not also "missing"."""
+    errors = [e for e in err.errors() if not (refusals and e["type"] == "missing")]
+    return _many([*refusals, *(_explain_one(error, origins, filename) for error in errors)],
+                 filename)  # fmt: skip
+
+
+def _many(lines: list[str], filename: str) -> UsageError:
+    return ManyUsageErrors(sorted(set(lines), key=lambda text: _line_order(text, filename)))
 
 
 def _line_order(text: str, filename: str) -> tuple[int, int, str]:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import UsageError
-from launcher.spec.job import JobSpec, Resources, reserved_env
-from launcher.spec.limits import parse_duration
+from launcher.spec.both_worlds import GPUJOB_SECTIONS, keep_sections
+from launcher.spec.job import JobSpec, reserved_env
 from launcher.spec.sky_file_mounts import sky_file_mounts, sky_path
+from launcher.spec.sky_resources import sky_resources
+from launcher.spec.sky_unsupported import git_workdir, sky_config
 from launcher.spec.yaml_lines import Path_
 
 SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", "secrets",
@@ -28,54 +31,25 @@ SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", 
 SKY_RESOURCES = {"cloud", "infra", "disk_size", "image_id", "use_spot", "instance_type",
                  "gpus", "memory", "region", "zone", "ports", "labels"}  # fmt: skip
 REFUSED = {
-    "config": "task-level SkyPilot config (docker run options, hooks, cloud settings)",
-    "service": "SkyServe serving",
+    "service": "SkyServe (replicas behind a load balancer)",
     "pool": "worker pools of managed jobs",
     "volumes": "cloud volumes",
     "managed_secrets": "a server-side secrets provider",
     "event_callback": "the managed-jobs controller's callbacks",
 }
+SERVICE_FIX = ("gpujob runs jobs, not services: serve with SkyPilot, or run the server in "
+               "`run:` and reach it with `gpujob ssh`")  # fmt: skip
 IGNORED = {"api_server_access", "inputs", "outputs", "_metadata", "volume_mounts",
            "file_mounts_mapping"}  # fmt: skip
-RESOURCES_REFUSED = {
-    "instance_type": "name a GPU in `accelerators` instead; gpujob picks the offer",
-    "ports": "gpujob opens no inbound ports; reach the host with `gpujob ssh`",
-    "any_of": "gpujob rents one kind of node: keep one of the candidates",
-    "ordered": "gpujob rents one kind of node: keep one of the candidates",
-    "job_recovery": "recovery is gpujob's `recovery:` (not yet here)",
-    "max_hourly_cost": "give the cap at rent time: `gpujob submit --up GPU --max-price P`",
-    "accelerator_args": "TPUs are not rented by gpujob",
-    "local_disk": "not offered by Lambda or Vast",
-    "volumes": "cloud volumes",
-    "priority": "no queue here",
-    "priority_class": "no queue here",
-}
-RESOURCES_IGNORED = {"disk_tier", "network_tier", "labels", "ephemeral_storage", "region",
-                     "zone"}  # fmt: skip
 TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts",
-             "setup", "run", *REFUSED, *IGNORED}  # fmt: skip
+             "setup", "run", "config", *REFUSED, *IGNORED}  # fmt: skip
 """SkyPilot 0.14.1's top-level task keys (skypilot-task.md §1.2)."""
-TASK_RESOURCES = {"infra", "cloud", "region", "zone", "accelerators", "gpus", "cpus", "memory",
-                  "instance_type", "use_spot", "disk_size", "disk_tier", "network_tier",
-                  "image_id", "ports", "labels", "max_hourly_cost", "any_of", "ordered",
-                  "autostop", "job_recovery", "accelerator_args", "local_disk", "volumes",
-                  "priority", "priority_class", "ephemeral_storage"}  # fmt: skip
-"""SkyPilot's `resources` keys (§1.3); its internal `_*` ones are refused as unknown."""
 GPUJOB_ONLY = set(JobSpec.model_fields) - TASK_KEYS
-GPUJOB_RESOURCES = set(Resources.model_fields) - TASK_RESOURCES
-AUTOSTOP_KEYS = ("idle_minutes", "down", "wait_for", "hook", "hook_timeout")
-AUTOSTOP_WAIT = "jobs_and_ssh"
-"""SkyPilot's `autostop.wait_for` that gpujob's host watcher keeps: idle means no job and no
-SSH session. `jobs` (SSH sessions ignored) and `none` (jobs too) would end a host sooner
-than gpujob's watcher does, so they are refused rather than kept longer and billed."""
-"""SkyPilot's own pattern for `$VAR` and `${VAR}` in `workdir` (sky/task.py)."""
-CLOUDS = {"lambda", "vast", "ssh"}
 DEFAULTS = {
     ("image",): " (the host's Python, as SkyPilot's default image)",
     ("workdir",): " (nothing is shipped, as SkyPilot ships nothing: the job's workdir starts "
     "empty)",
 }
-SIZE = re.compile(r"^(?P<n>[0-9]+(\.[0-9]+)?)\s*(?P<unit>GB|GIB|TB|TIB)?\s*(?P<plus>\+)?$", re.I)
 
 
 @dataclass
@@ -86,6 +60,12 @@ class Translation:
     origins: dict[Path_, str]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    """The task's candidate accelerators in its order (`any_of`, `ordered`, a list or set),
+    the first of them taken; `submit --up GPU` takes the candidate of that GPU."""
+    errors: list[str] = field(default_factory=list)
+    """Every refusal of the file, one line each: the translation goes on past one, so the
+    caller shows them all at once with the spec's own validation errors."""
 
 
 def is_task(data: Mapping[str, Any]) -> bool:
@@ -105,52 +85,71 @@ def translate(
     filename: str,
     environ: Mapping[str, str],
     cwd: str,
+    up: str | None = None,
+    given: Collection[str] = (),
 ) -> Translation:
     """`environ` gives `null` envs and `~`; `cwd` is what a relative `workdir` starts from,
-    as for `sky launch` (SkyPilot reads it against its own current folder, not the task's)."""
+    as for `sky launch` (SkyPilot reads it against its own current folder, not the task's).
+    A refusal is kept in `errors` and the translation goes on (`reader.collect()`)."""
     out = Translation({}, {})
-    reader = _Reader(data, origins, filename, out)
+    reader = _Reader(data, origins, filename, out, up)
+    keep_sections(data, origins, out.data, out.origins, out.notes)
     for key in data:
-        reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
-        if key in REFUSED:
-            raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", "remove it")
-        if key in IGNORED:
-            out.warnings.append(f"{reader.where(key)}: {key}: SkyPilot-only; ignored")
+        if key in GPUJOB_SECTIONS:
+            continue
+        with reader.collect():
+            reader.known((str(key),), TASK_KEYS, GPUJOB_ONLY)
+            if key in REFUSED:
+                fix = SERVICE_FIX if key == "service" else "remove it"
+                raise reader.refuse((key,), f"{REFUSED[key]} is SkyPilot's own", fix)
+            if key in IGNORED:
+                out.warnings.append(f"{reader.where(key)}: {key}: SkyPilot-only; ignored")
     stem = re.sub(r"[^a-z0-9_.-]+", "-", str(data.get("name") or _stem(filename)).lower())
     reader.put(("name",), ("name",), stem.strip("-") or "task")
-    image = _image(reader)
-    reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
-    envs = _envs(reader, environ)
+    with reader.collect():
+        image = _image(reader)
+        reader.put(("image",), ("resources", "image_id"), image, given=image != "host")
+    envs: dict[str, str] = {}
+    with reader.collect():
+        envs = _envs(reader, environ, given)
     if "workdir" not in data:
         reader.put(("workdir",), ("workdir",), None, given=False)
     else:
-        if not isinstance(data["workdir"], str):
-            raise reader.refuse(("workdir",), "a git workdir is cloned by SkyPilot's server",
-                                "clone it in `setup:`, or give a local folder")  # fmt: skip
-        workdir = sky_path(data["workdir"], envs, environ, cwd)
-        why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
-        reader.put(("workdir",), ("workdir",), workdir, why=why)
+        with reader.collect():
+            if not isinstance(data["workdir"], str):
+                git_workdir(reader)
+            workdir = sky_path(data["workdir"], envs, environ, cwd)
+            why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
+            reader.put(("workdir",), ("workdir",), workdir, why=why)
     if "num_nodes" in data:
         reader.put(("nodes",), ("num_nodes",), data["num_nodes"])
-    if isinstance(data.get("run"), Mapping):
-        raise reader.gpujob_spec(("run",), "SkyPilot's `run` is a shell string, gpujob's a mapping")
-    for key in ("setup", "run"):
-        value = data.get(key)
-        if isinstance(value, list):
-            value = "\n".join(map(str, value))
-        if value is not None:
-            reader.put((key,), (key,), value)
-    if data.get("run") is None:
-        fix = "add a `run:` block (gpujob runs jobs; `gpujob up` rents hosts)"
-        raise reader.refuse(("run",), "a task without `run` only provisions nodes", fix)
+    with reader.collect():
+        if isinstance(data.get("run"), Mapping):
+            why = "SkyPilot's `run` is a shell string, gpujob's a mapping"
+            raise reader.gpujob_spec(("run",), why)
+        for key in ("setup", "run"):
+            value = data.get(key)
+            if isinstance(value, list):
+                value = "\n".join(map(str, value))
+            if value is not None:
+                reader.put((key,), (key,), value)
+        if data.get("run") is None:
+            fix = "add a `run:` block (gpujob runs jobs; `gpujob up` rents hosts)"
+            raise reader.refuse(("run",), "a task without `run` only provisions nodes", fix)
     if envs:
         reader.put(("envs",), ("envs",), envs)
-    secrets = _secrets(reader)
-    if secrets:
-        reader.put(("secrets",), ("secrets",), secrets)
+    with reader.collect():
+        secrets = _secrets(reader) + reader.null_secrets
+        if secrets:
+            reader.put(("secrets",), ("secrets",), secrets)
+    if "config" in data:
+        with reader.collect():
+            sky_config(reader)
     if data.get("file_mounts"):
-        sky_file_mounts(reader, envs, environ, cwd)
-    _resources(reader)
+        with reader.collect():
+            sky_file_mounts(reader, envs, environ, cwd)
+    with reader.collect():
+        sky_resources(reader)
     return out
 
 
@@ -164,12 +163,25 @@ class _Reader:
     origins: dict[Path_, str]
     filename: str
     out: Translation
+    up: str | None = None
+    """`submit --up GPU`: a task's candidate of that GPU is taken (sky_resources.py)."""
+    null_secrets: list[str] = field(default_factory=list)
+    """`NAME: null` envs taken from this environment: secrets."""
 
     def where(self, *loc: str) -> str:
         for end in range(len(loc), 0, -1):
             if loc[:end] in self.origins:
                 return self.origins[loc[:end]]
         return self.filename
+
+    @contextmanager
+    def collect(self) -> Iterator[None]:
+        """A refusal inside ends only this block: it is kept in `out.errors` and the
+        translation goes on, so a file with four problems takes one try."""
+        try:
+            yield
+        except UsageError as err:
+            self.out.errors.extend(err.lines())
 
     def put(self, dst: Path_, src: Path_, value: Any, *, given: bool = True, why: str = "") -> None:
         """`value` at gpujob's `dst`, blamed on SkyPilot's `src`; `given=False`: the task
@@ -181,6 +193,9 @@ class _Reader:
         node[dst[-1]] = value
         where = self.where(*map(str, src)) if given else self.filename
         self.out.origins[dst] = where
+        if given:  # the lines inside it too (`envs.NAME`), for a later check's line
+            self.out.origins.update({(*dst, *loc[len(src):]): at for loc, at in
+                                     self.origins.items() if loc[: len(src)] == src})  # fmt: skip
         shown = value if not isinstance(value, str) or "\n" not in value else "(shell block)"
         shown = "null" if value is None else shown
         names = ".".join(map(str, src)) if given else f"(no {'.'.join(map(str, src))})"
@@ -240,24 +255,35 @@ def _image(reader: _Reader) -> str:
     raise reader.refuse(("resources", "image_id"), "a cloud's VM image", fix)
 
 
-def _envs(reader: _Reader, environ: Mapping[str, str]) -> dict[str, str]:
-    """SkyPilot's conversions: values through `str()` (`true` -> `True`), `null` required."""
+def _envs(reader: _Reader, environ: Mapping[str, str], given: Collection[str]) -> dict[str, str]:
+    """SkyPilot's conversions: values through `str()` (`true` -> `True`), `null` required:
+    given on the command line (`--env`, `--secret`, `--set envs.NAME=`), else taken from
+    this environment as a secret (a token, most often: masked, never in a 0644 file)."""
     envs = reader.data.get("envs") or {}
     if not isinstance(envs, Mapping):
         raise reader.refuse(("envs",), "it must be a mapping of NAME: value", "write one")
     out = {}
     for name, value in envs.items():
-        reserved = reserved_env(str(name))
-        if reserved:
-            raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
-        if value is None:
-            if name not in environ:
-                raise UsageError(
-                    f"{reader.where('envs', str(name))}: envs.{name}: required (null in the "
-                    f"task, as SkyPilot's `--env {name}`): export {name} before submitting"
+        with reader.collect():
+            reserved = reserved_env(str(name))
+            if reserved:
+                raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
+            if value is None:
+                where = reader.where("envs", str(name))
+                if name in given:
+                    continue
+                if name not in environ:
+                    raise UsageError(
+                        f"{where}: envs.{name}: required (null in the task): export {name}, "
+                        f"or give --env {name}=VALUE or --secret {name}=VALUE"
+                    )
+                reader.null_secrets.append(str(name))
+                reader.out.notes.append(
+                    f"{where}: envs.{name}: null -> secrets: {name} (taken "
+                    "from your environment: masked, never in a 0644 file)"
                 )
-            value = environ[name]
-        out[str(name)] = str(value)
+                continue
+            out[str(name)] = str(value)
     return out
 
 
@@ -271,96 +297,11 @@ def _secrets(reader: _Reader) -> list[str]:
                             "write `NAME: null` for each")  # fmt: skip
     names = []
     for name, value in secrets.items():
-        if value is not None:
-            fix = f"write `{name}: null` and export {name} before submitting"
-            raise reader.refuse(
-                ("secrets", str(name)), "gpujob never reads a secret from a file", fix
-            )
-        names.append(str(name))
+        with reader.collect():
+            if value is not None:
+                fix = f"write `{name}: null` and export {name} before submitting"
+                raise reader.refuse(
+                    ("secrets", str(name)), "gpujob never reads a secret from a file", fix
+                )
+            names.append(str(name))
     return names
-
-
-def _resources(reader: _Reader) -> None:
-    resources = reader.data.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        raise reader.refuse(("resources",), "it must be a mapping", "see SkyPilot's YAML spec")
-    reader.refuse_both(resources, "gpus", "accelerators")
-    for key, value in resources.items():
-        loc = ("resources", str(key))
-        reader.known(loc, TASK_RESOURCES, GPUJOB_RESOURCES)
-        if key in RESOURCES_REFUSED:
-            raise reader.refuse(loc, RESOURCES_REFUSED[key], "remove it")
-        if key in RESOURCES_IGNORED:
-            reader.out.warnings.append(f"{reader.where(*loc)}: resources.{key}: ignored by gpujob")
-        elif key in ("accelerators", "gpus"):
-            reader.put(("resources", "accelerators"), loc, _accelerators(reader, loc, value))
-        elif key == "cpus":
-            reader.put(("resources", "cpus"), loc, int(_size(reader, loc, value)))
-        elif key == "memory":
-            reader.put(("resources", "memory_gb"), loc, _size(reader, loc, value))
-        elif key == "disk_size":
-            reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
-        elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
-            reader.put(("resources", "use_spot"), loc, value)
-        elif key in ("cloud", "infra"):
-            cloud = str(value).split("/")[0].lower()
-            if cloud not in CLOUDS:
-                fix = "remove it, and choose with `submit --up GPU --provider`"
-                raise reader.refuse(loc, f"gpujob rents on Lambda and Vast, not {value}", fix)
-            reader.out.warnings.append(f"{reader.where(*loc)}: resources.{key}: the cloud is "
-                                       "chosen at `submit --up GPU --provider`")  # fmt: skip
-        elif key == "autostop" and value is not False:
-            reader.put(("resources", "autostop"), loc, _autostop(reader, loc, value))
-
-
-def _accelerators(reader: _Reader, loc: Path_, value: Any) -> str:
-    if isinstance(value, Mapping) and len(value) == 1:
-        (name, count), = value.items()  # fmt: skip
-        value = f"{name}:{count}" if count is not None else str(name)
-    if not isinstance(value, str) or "," in value or "+" in value:
-        raise reader.refuse(loc, "gpujob rents one GPU type, named", "keep one, e.g. `A100:8`")
-    return value
-
-
-def _size(reader: _Reader, loc: Path_, value: Any) -> float:
-    """`8`, `"8+"` (at least: gpujob's own fields are minimums too), `"64GB"`."""
-    match = SIZE.match(str(value).strip())
-    if not match:
-        raise reader.refuse(loc, f"cannot read {value!r} as a size", "write a number, e.g. 8")
-    number = float(match.group("n"))
-    return number * 1024 if (match.group("unit") or "").upper().startswith("T") else number
-
-
-def _autostop(reader: _Reader, loc: Path_, value: Any) -> dict[str, Any]:
-    """SkyPilot's forms (`true` = 5 minutes, minutes, `10h`, a mapping); its default is to
-    stop, not tear down (`down: false`), which Lambda cannot: there it terminates."""
-    if value is True:
-        return {"idle_minutes": 5, "down": False}
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return {"idle_minutes": value, "down": False}
-    if isinstance(value, str) and value.strip():
-        text = value.strip()
-        try:
-            seconds = parse_duration(text if text[-1].isalpha() else f"{text}m")
-        except ValueError:
-            seconds = None
-        if seconds is not None:
-            return {"idle_minutes": seconds / 60, "down": False}
-    if isinstance(value, Mapping):
-        for key in value:
-            reader.known((*loc, str(key)), AUTOSTOP_KEYS, ())
-            if key in ("hook", "hook_timeout"):
-                raise reader.refuse((*loc, str(key)), "gpujob's host watcher runs no hook "
-                                    "before it ends the host", "remove it")  # fmt: skip
-        wait_for = value.get("wait_for", AUTOSTOP_WAIT)
-        if wait_for != AUTOSTOP_WAIT:
-            raise reader.refuse(
-                (*loc, "wait_for"),
-                f"gpujob's host watcher counts a host idle only with no job and no SSH session "
-                f"(SkyPilot's `{AUTOSTOP_WAIT}`), so `{wait_for}` would end it later than "
-                "written",
-                f"remove it, or write `wait_for: {AUTOSTOP_WAIT}`",
-            )
-        kept = {k: v for k, v in value.items() if k in ("idle_minutes", "down")}
-        return {"down": False, **kept}
-    raise reader.refuse(loc, f"cannot read {value!r}", "write minutes, `10h`, or a mapping")

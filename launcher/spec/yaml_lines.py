@@ -101,6 +101,11 @@ def parse_yaml(
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        if "found another document" in str(err.problem):  # SkyPilot's job groups, pipelines
+            from launcher.spec.sky_unsupported import GROUPS, GROUPS_FIX
+
+            raise UsageError(f"{filename}:{mark.line + 1 if mark else 1}: {GROUPS}",
+                             GROUPS_FIX) from None  # fmt: skip
         raise UsageError(
             f"{where}: YAML syntax error: {err.problem or err.context}",
             "fix the YAML at that line (indentation, a missing `:` or an unclosed quote)",

@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     ended_at REAL,
     last_line TEXT,
     logs_to TEXT,
-    scheduler_job TEXT
+    scheduler_job TEXT,
+    starter TEXT,
+    unconfirmed INTEGER
 );
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL,
@@ -63,6 +65,12 @@ class JobRecord:
     """Where the agents ship the node logs (rclone path in S3), for after the host is gone."""
     scheduler_job: str | None = None
     """The job's id in a cluster's scheduler (SLURM's job id), where one queued it."""
+    starter: str | None = None
+    """Who is starting the job (state/starter.py): a `starting` job whose starter is gone
+    was interrupted, and the next command resolves it."""
+    unconfirmed: bool = False
+    """The recorded end was written by a client that could not ask the agents (a start that
+    broke): `status` asks them again."""
 
     @property
     def terminal(self) -> bool:
@@ -89,6 +97,9 @@ class StateDB:
                         conn.execute("ALTER TABLE jobs ADD COLUMN logs_to TEXT")
                     if "scheduler_job" not in columns:  # a state db from before SLURM
                         conn.execute("ALTER TABLE jobs ADD COLUMN scheduler_job TEXT")
+                    if "starter" not in columns:  # schema 1: no record of who starts a job
+                        conn.execute("ALTER TABLE jobs ADD COLUMN starter TEXT")
+                        conn.execute("ALTER TABLE jobs ADD COLUMN unconfirmed INTEGER")
                     mark_version(conn, version)
                     self._schema_ready = True
                 with conn:
@@ -99,12 +110,12 @@ class StateDB:
     def add_job(self, job: JobRecord) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job.id, job.name, job.spec_path, job.provider, job.runtime,
                     json.dumps(job.hosts), json.dumps(job.node_dirs), job.state,
                     job.exit_code, job.created_at, job.ended_at, job.last_line, job.logs_to,
-                    job.scheduler_job,
+                    job.scheduler_job, job.starter, int(job.unconfirmed),
                 ),
             )  # fmt: skip
 
@@ -114,13 +125,26 @@ class StateDB:
         state: str,
         exit_code: int | None = None,
         last_line: str | None = None,
+        unconfirmed: bool = False,
     ) -> None:
+        """`unconfirmed`: the state is the client's guess, not the agents' word (an end
+        written when a start broke); `status` asks the agents again."""
         ended = time.time() if state in TERMINAL else None
         with self._connect() as conn:
             conn.execute(
                 "UPDATE jobs SET state=?, exit_code=COALESCE(?, exit_code),"
-                " ended_at=COALESCE(ended_at, ?), last_line=COALESCE(?, last_line) WHERE id=?",
-                (state, exit_code, ended, last_line, job_id),
+                " ended_at=COALESCE(ended_at, ?), last_line=COALESCE(?, last_line),"
+                " unconfirmed=? WHERE id=?",
+                (state, exit_code, ended, last_line, int(unconfirmed), job_id),
+            )
+
+    def reopen_job(self, job_id: str, state: str) -> None:
+        """A job recorded as ended by a client that could not know, found running: its end
+        forgotten."""
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE jobs SET state=?, exit_code=NULL, ended_at=NULL, unconfirmed=0 WHERE id=?",
+                (state, job_id),
             )
 
     def restart_job(self, job: JobRecord) -> None:
@@ -129,9 +153,10 @@ class StateDB:
         with self._connect() as conn:
             conn.execute(
                 "UPDATE jobs SET provider=?, runtime=?, hosts=?, node_dirs=?, state=?,"
-                " exit_code=NULL, ended_at=NULL, last_line=NULL, logs_to=? WHERE id=?",
+                " exit_code=NULL, ended_at=NULL, last_line=NULL, logs_to=?, starter=?,"
+                " unconfirmed=0 WHERE id=?",
                 (job.provider, job.runtime, json.dumps(job.hosts), json.dumps(job.node_dirs),
-                 job.state, job.logs_to, job.id),
+                 job.state, job.logs_to, job.starter, job.id),
             )  # fmt: skip
             conn.execute("DELETE FROM log_offsets WHERE job_id=?", (job.id,))
 
@@ -175,4 +200,6 @@ def _record(row: tuple) -> JobRecord:
         exit_code=row[8], created_at=row[9], ended_at=row[10], last_line=row[11],
         logs_to=row[12] if len(row) > 12 else None,
         scheduler_job=row[13] if len(row) > 13 else None,
+        starter=row[14] if len(row) > 14 else None,
+        unconfirmed=bool(row[15]) if len(row) > 15 else False,
     )  # fmt: skip

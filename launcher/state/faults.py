@@ -19,8 +19,9 @@ from pathlib import Path
 
 from launcher.errors import GpujobError
 
-SCHEMA_VERSION = 1
-"""The state db's layout as this gpujob writes it (PRAGMA user_version); 0: from before."""
+SCHEMA_VERSION = 2
+"""The state db's layout as this gpujob writes it (PRAGMA user_version); 0: from before;
+2: a job's record says who is starting it and whether its end was confirmed."""
 
 ELSEWHERE = "or set GPUJOB_STATE_DIR to another folder"
 

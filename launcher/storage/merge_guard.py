@@ -1,10 +1,12 @@
 """Seed 002: a LoRA adapter trained on a 4-bit base and then merged gave a corrupted model.
 
-Before a job that merges an adapter starts, refuse a quantized base (bitsandbytes 4/8-bit,
-GPTQ, AWQ) and name the full-precision one instead. An adapter already here is judged as the
-host judges it before the merge (agent/merge_check.refusal: its own `adapter_config.json`,
-base and quantization, and `merge.base`), so submit never passes what the host refuses; one
-the job will write is judged by `merge.base`'s name now, and by its config on the host.
+Before a job that merges an adapter starts, refuse a merge into a quantized base
+(bitsandbytes 4/8-bit, GPTQ, AWQ) and name the full-precision one instead; an adapter
+trained on a quantized base merges only into its 16-bit sibling (merge_check.siblings). An
+adapter already here is judged as the host judges it before the merge
+(agent/merge_check.refusal: its own `adapter_config.json`, base and quantization, and
+`merge.base`), so submit never passes what the host refuses; one the job will write is
+judged by `merge.base`'s name now, and by its config on the host.
 """
 
 from __future__ import annotations

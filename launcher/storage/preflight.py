@@ -1,7 +1,8 @@
 """Submit-time checks that need the outside world, each refusing before anything starts:
 the sync target resolves and answers (from the machine that will sync: here for local jobs,
-the host for remote ones), the disk budget fits, and a LoRA merge does not land on a
-quantized base. Run from `jobs.submit`; the plan stays pure."""
+the host for remote ones) and its run folder is the job's own (storage/runs.py), the disk
+budget fits, and a LoRA merge does not land on a quantized base. Run from `jobs.submit`;
+the plan stays pure."""
 
 from __future__ import annotations
 
@@ -28,14 +29,18 @@ def sync_target(loaded: LoadedSpec) -> RemotePath | None:
     return parse_remote_path(spec.checkpoints.sync_to, remotes, where)
 
 
-def checkpoint_sync(loaded: LoadedSpec, for_hosts: bool) -> CheckpointSync | None:
-    """The plan's view of the sync target: rclone path and variables (keys resolved from the
-    variables the remote names; nothing is contacted, so a dry run can call it)."""
+def checkpoint_sync(loaded: LoadedSpec, for_hosts: bool, job_id: str) -> CheckpointSync | None:
+    """The plan's view of the sync target: the rclone path of the job's run folder under it
+    (storage/runs.py) and the variables (keys resolved from the variables the remote names;
+    nothing is contacted, so a dry run can call it)."""
+    from launcher.storage.runs import run_name, run_prefix
+
     target = sync_target(loaded)
     if target is None:
         return None
     env = rclone_config.env_vars(target.remote, credentials(target.remote), for_hosts)
-    path = rclone_config.rclone_path(target.remote, target.prefix)
+    run = run_prefix(target.prefix, run_name(loaded.spec, job_id))
+    path = rclone_config.rclone_path(target.remote, run)
     return CheckpointSync(rclone_path=path, env=env)
 
 
@@ -47,7 +52,7 @@ def env_dir(target: Any, image: Any) -> str | None:
 
 
 def preflight(
-    loaded: LoadedSpec, target: Any, image: Any, report: Callable[[str], None]
+    loaded: LoadedSpec, target: Any, image: Any, report: Callable[[str], None], job_id: str
 ) -> CheckpointSync | None:
     """The checks that read only local files (so a dry run makes them too): merge guard, disk
     budget and /dev/shm of this machine for local jobs; then the sync target for the plan."""
@@ -62,7 +67,7 @@ def preflight(
             if loaded.spec.checkpoints.estimated_bytes is not None:
                 report(budget.line())
         shm_check(loaded)
-    return checkpoint_sync(loaded, for_hosts=not target.on_this_machine)
+    return checkpoint_sync(loaded, not target.on_this_machine, job_id)
 
 
 def probe_sync_target(

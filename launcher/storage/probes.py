@@ -29,8 +29,8 @@ class Probe:
     """One check before start. `argv` is what runs on `host` (empty: from this machine,
     through boto3); `stdin` names the variables it reads there, never their values."""
 
-    kind: str
-    """`free disk`, `free disk (checkpoints)` or `S3 write probe`."""
+    check: str
+    """`free disk`, `free disk (checkpoints)`, `S3 write probe` or `run folder`."""
     host: str
     argv: tuple[str, ...]
     why: str
@@ -49,7 +49,7 @@ def probes_for(
         if target is None:
             return ()
         return (Probe("S3 write probe", HERE, (), f"list {target}'s bucket, write and delete "
-                      "a probe object there, from here (boto3)"),)  # fmt: skip
+                      "a probe object there, from here (boto3)"), _run_folder(target))  # fmt: skip
     node = plan.nodes[0]  # node 0's host stands for the others: the same image and paths
     job_root = str(PurePosixPath(node.job_dir).parent)
     probes = [Probe("free disk", node.host, ("python3", "-c", on_host.FREE, job_root,
@@ -69,7 +69,13 @@ def probes_for(
                             ("python3", "-c", on_host.PROBE, bucket, prefix),
                             f"list {target}'s bucket, write and delete a probe object, "
                             "from the host", tuple(sorted(env))))  # fmt: skip
+        probes.append(_run_folder(target))
     return tuple(probes)
+
+
+def _run_folder(target: Any) -> Probe:
+    return Probe("run folder", HERE, (), f"the job's run folder under {target} is its own "
+                 "(a listing from here, storage/runs.py); what else is there is said")  # fmt: skip
 
 
 def probe_lines(probes: tuple[Probe, ...]) -> list[str]:
@@ -84,7 +90,7 @@ def probe_lines(probes: tuple[Probe, ...]) -> list[str]:
         given = "".join(f" {name}={MASK}" for name in probe.stdin)
         stdin = f"; on its stdin:{given}" if given else ""
         facts = " (from the host's facts where they have it)" if probe.from_facts else ""
-        lines.append(f"  {probe.kind} on {probe.host}: {words}  # {probe.why}{facts}{stdin}")
+        lines.append(f"  {probe.check} on {probe.host}: {words}  # {probe.why}{facts}{stdin}")
     return lines
 
 
@@ -95,6 +101,7 @@ def run_probes(
     connections: dict[str, Any],
     report: Callable[[str], None],
     facts: dict[str, Any] | None = None,
+    job_id: str = "",
 ) -> None:
     """Carry out the probes in order (the disks first, as `probes_for` lists them); the
     first that fails refuses the start in one line."""
@@ -103,13 +110,19 @@ def run_probes(
     read: list[tuple[Probe, int, str, int]] = []
     for probe in probes:
         traced(probe.host, None, probe)
-        if probe.host == HERE:
+        if probe.check == "run folder":
+            from launcher.storage.runs import check_run
+
+            target = sync_target(loaded)
+            assert target is not None
+            check_run(loaded.spec, target, job_id, report)
+        elif probe.host == HERE:
             target = probe_sync_target(loaded, "the job was not started", report)
             bundle = rclone_config.ca_bundle(target.remote) if target else None
             if bundle:
                 report(f"rclone gets the CA bundle {bundle} as RCLONE_CA_CERT "
                        "(AWS_CA_BUNDLE unset for it)")  # fmt: skip
-        elif probe.kind.startswith("free disk"):
+        elif probe.check.startswith("free disk"):
             known = (facts or {}).get(probe.host)
             if probe.from_facts and known is not None and known.free_bytes is not None:
                 read.append((probe, known.free_bytes, known.free_at, 0))

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.agent.ckpt_store import MARKER, step_of
+from launcher.agent.ckpt_store import MARKER, RUN_MANIFEST, step_of
 from launcher.errors import GpujobError
 from launcher.storage.rclone_config import on_aws
 from launcher.storage.remotes import Remote, RemotePath, credentials
@@ -125,6 +125,22 @@ def list_keys(path: RemotePath) -> list[tuple[str, int]]:
     return keys
 
 
+def read_object(path: RemotePath, rel: str) -> bytes | None:
+    """The object `rel` under the prefix, or None when there is none."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    key = f"{path.key_prefix}/{rel}" if path.key_prefix else rel
+    bucket = path.remote.model.bucket
+    try:
+        return client(path.remote).get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise _explain(path.remote, err, f"read {key}") from None
+    except BotoCoreError as err:
+        raise _explain(path.remote, err, f"read {key}") from None
+
+
 def tree(path: RemotePath, depth: int) -> list[str]:
     """Folders to `depth` with object counts and sizes; checkpoint folders say whether their
     marker is there (complete) or not (not a checkpoint yet: never synced down or counted)."""
@@ -146,6 +162,7 @@ def tree(path: RemotePath, depth: int) -> list[str]:
             sizes.setdefault(key, [1, size])
     top = f"{path.remote.name}:{path.remote.model.bucket}/{path.key_prefix}".rstrip("/")
     lines = [f"{top}/  ({len(keys)} objects, {_size(sum(s for _, s in keys))})"]
+    runs = {k.rsplit("/", 1)[0] for k, _ in keys if k.endswith(f"/{RUN_MANIFEST}")}
     for name in sorted(sizes):
         count, size = sizes[name]
         indent = "  " * name.count("/")
@@ -154,12 +171,17 @@ def tree(path: RemotePath, depth: int) -> list[str]:
         note = ""
         if is_folder and step_of(leaf) is not None:
             note = "  complete" if name in marked else f"  INCOMPLETE (no {MARKER})"
-        elif is_folder and name == "logs":
+        elif is_folder and leaf == "logs":
             note = "  job logs (shipped by the agents; `gpujob logs JOB` reads them)"
+        elif is_folder and name in runs:
+            note = "  run (its checkpoints and logs; gpujob-run.json says whose)"
         shown = (
             f"{leaf}/  ({count} objects, {_size(size)})" if is_folder else f"{leaf}  " + _size(size)
         )
         lines.append(f"{indent}{shown}{note}")
+    if any(step_of(f) is not None for f in folders if "/" not in f):
+        lines.append("note: checkpoints directly under the prefix are the flat layout of an "
+                     "earlier gpujob (no run of their own); read as they are")  # fmt: skip
     return lines
 
 

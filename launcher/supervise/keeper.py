@@ -64,10 +64,13 @@ def needs_keeper(job: JobRecord) -> bool:
 
 
 def others_to_stop(states: list[str | None]) -> list[int]:
-    """The ranks to cancel: those not yet ended once another node has failed or been lost."""
+    """The ranks to cancel once a node has failed or been lost: those not yet ended, and the
+    lost ones (a node whose supervisor died may keep its processes; the agent's cancel
+    stops them, and does nothing on a node truly ended)."""
     if not any(state in NODE_FAILURES for state in states):
         return []
-    return [rank for rank, state in enumerate(states) if not is_terminal(state)]
+    return [rank for rank, state in enumerate(states)
+            if not is_terminal(state) or state == JobState.LOST]  # fmt: skip
 
 
 def log_path(job_id: str) -> Path:

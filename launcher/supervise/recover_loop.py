@@ -156,7 +156,7 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
     with _signals_held():
         terminate_hosts(job, f"{decision.why} on node {decision.rank}: restarting the job")
     try:
-        checkpoint = latest_checkpoint(request)
+        checkpoint = latest_checkpoint(request, job.id)
     except GpujobError as error:
         return _stop(job, Stop(f"cannot read the checkpoints in S3: {error.one_line()}"), rdb,
                      restart - 1)  # fmt: skip

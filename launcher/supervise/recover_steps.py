@@ -97,19 +97,26 @@ class Checkpoint:
     name: str
     step: int
     remote: str
-    """`REMOTE:prefix` it is under (the spec's sync_to)."""
+    """`REMOTE:prefix/run` it is under (the job's run folder in the spec's sync_to)."""
 
 
-def latest_checkpoint(request: dict[str, Any]) -> Checkpoint | None:
-    """The newest checkpoint whose marker is in S3 (complete), read from here."""
+def latest_checkpoint(request: dict[str, Any], job_id: str) -> Checkpoint | None:
+    """The newest checkpoint whose marker is in S3 (complete) in the job's own run folder
+    (storage/runs.py), read from here: never another run's, whatever its steps."""
+    from dataclasses import replace
+
     from launcher.agent.ckpt_store import MARKER, step_of
     from launcher.spec.load import load_job_spec
     from launcher.storage.remotes import all_remotes, parse_remote_path
+    from launcher.storage.runs import run_name, run_prefix
     from launcher.storage.s3 import list_keys
 
     spec = load_job_spec(request["spec_path"], request.get("sets") or ()).spec
-    target = str(spec.checkpoints.sync_to)
-    path = parse_remote_path(target, all_remotes(spec.storage), "checkpoints.sync_to")
+    run = run_name(spec, job_id)
+    target = f"{str(spec.checkpoints.sync_to).rstrip('/')}/{run}"
+    path = parse_remote_path(str(spec.checkpoints.sync_to), all_remotes(spec.storage),
+                             "checkpoints.sync_to")  # fmt: skip
+    path = replace(path, prefix=run_prefix(path.prefix, run))
     complete = {key.split("/")[0] for key, _ in list_keys(path)
                 if key.count("/") == 1 and key.endswith(f"/{MARKER}")}  # fmt: skip
     steps = {name: step_of(name) for name in complete}
@@ -121,14 +128,18 @@ def latest_checkpoint(request: dict[str, Any]) -> Checkpoint | None:
 
 
 def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
-    """The step between placement and start of a restart: the checkpoint pulled from S3
-    into the job's checkpoint folder on node 0's host, verified against its marker."""
+    """The step between placement and start of a restart (or of `submit --resume-from`):
+    the checkpoint pulled from S3 into the job's checkpoint folder on node 0's host,
+    verified against its marker; here, for a job on this machine (its record is no host's)."""
 
     def before_start(plan: Plan, records: list[str]) -> None:
         from launcher.remote.hosts import HostEntry
         from launcher.storage.sync import SyncRequest, sync_ckpt
 
-        head = HostEntry.from_record(records[0]).name
+        try:
+            head: str | None = HostEntry.from_record(records[0]).name
+        except (ValueError, TypeError):
+            head = None
         started = time.monotonic()
         request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
                               step=checkpoint.step, on=head)  # fmt: skip
@@ -141,7 +152,7 @@ def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
                     raise
                 say(f"pull of {checkpoint.name} onto {head} failed ({error.one_line()}); "
                     "trying again")  # fmt: skip
-        say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head} in "
+        say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head or 'this machine'} in "
             f"{time.monotonic() - started:.1f} s, verified")  # fmt: skip
 
     return before_start

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from launcher.errors import GpujobError, UsageError
 from launcher.remote.base import Connection, Result
-from launcher.runtime.agent import NodeStatus, agent_argv
+from launcher.runtime.agent import NodeStatus, agent_argv, agent_path
+from launcher.state.job_states import JobState
 
 if TYPE_CHECKING:
     from launcher.plan.build import Sources
@@ -76,6 +77,13 @@ class LaunchRequest:
     """A recovery's restart number (supervise/recover_loop.py): the job's record is reused."""
     resume_from: str | None = None
     """The checkpoint a recovery pulls onto the new head (GPUJOB_RESUME_FROM)."""
+    resume_path: str | None = None
+    """`--resume-from REMOTE:prefix/run[/checkpoint-N]`: a checkpoint of another run (or of
+    a flat prefix) the job starts from, pulled onto node 0's host (storage/resume.py)."""
+    envs: tuple[str, ...] = ()
+    """`--env K=V`, `--env K` (from this environment), `--env-file` lines (spec/env_flags.py)."""
+    secrets: tuple[str, ...] = ()
+    """`--secret K[=V]`: names only; the values are in this process's environment."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,9 @@ class Started:
         close_all(list(self.opened.values()))
 
 
+NO_AGENT = "no agent on the host: the start never reached it"
+
+
 @dataclass
 class Node:
     """One node of a recorded job: its agent, reached over its host's connection (shared
@@ -140,7 +151,11 @@ class Node:
         """The agent's status, or None while its host does not answer."""
         try:
             result = self.connection.run(agent_argv(self.agent_python, self.node_dir, "status"))
-            status: NodeStatus | None = json.loads(result.stdout) if result.ok else None
+            if not result.ok:  # the host answered: has the start reached it at all?
+                there = self.connection.run(["test", "-e", agent_path(self.node_dir)])
+                absent = there.exit_code == 1
+                return NodeStatus(state=JobState.UNKNOWN, reason=NO_AGENT) if absent else None
+            status: NodeStatus | None = json.loads(result.stdout)
             return status
         except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a handshake cut off
             return None
@@ -197,7 +212,7 @@ class Target(Protocol):
     def cancel(self, job: JobRecord, grace_s: float) -> Cancelled:
         """Stop every node: each agent's answer (its node's end, as it recorded it), or the
         line that says how it ended where the target records the end itself (a cluster's job
-        may have ended first). Was: the line that says how it ended. Records the end itself where
+        may have ended first). Records the end itself where
         the target knows better than "cancelled" (a cluster's job may have ended first)."""
         ...
 
@@ -256,5 +271,10 @@ def target_for_request(request: LaunchRequest, rent: Rent | None = None) -> Targ
     if request.on and request.up:
         raise UsageError("give --on or --up, not both")
     if request.up:
+        from launcher.clouds.registry import CLOUDS
+
+        if request.provider not in CLOUDS:
+            raise UsageError(f"--provider {request.provider}: not a cloud gpujob rents from",
+                             f"one of: {', '.join(sorted(CLOUDS))}")  # fmt: skip
         return _of_kind(request.provider, rent)
     return _of_kind("ssh" if request.on else "local")

@@ -101,7 +101,7 @@ class HostsTarget:
         from launcher.plan.build import build_plan
         from launcher.storage.preflight import preflight
 
-        sync = preflight(job.loaded, layout, image, report)
+        sync = preflight(job.loaded, layout, image, report, job.job_id)
         return build_plan(job.loaded.spec, layout, job.job_id, job.secrets, image, job.sources,
                           sync, follow=not request.detach,
                           resume_from=request.resume_from)  # fmt: skip
@@ -129,7 +129,7 @@ class HostsTarget:
         try:
             environment = env_dir(placed.target, submission.image)
             run_probes(submission.probes, submission.job.loaded, environment, placed.connections,
-                       say, placed.facts)  # fmt: skip
+                       say, placed.facts, plan.job_id)  # fmt: skip
             if before_start is not None:
                 before_start(plan, placed.records)
             return self._start(submission)
@@ -139,6 +139,7 @@ class HostsTarget:
 
     def _start(self, submission: HostsSubmission) -> Started:
         from launcher.runtime.apply import Starts, apply_plan
+        from launcher.state.starter import this_starter
 
         plan, loaded, request = submission.plan, submission.job.loaded, submission.request
         spec, job_id = loaded.spec, plan.job_id
@@ -151,7 +152,7 @@ class HostsTarget:
             id=job_id, name=spec.name, spec_path=str(loaded.path), provider=plan.provider,
             runtime=plan.runtime, hosts=submission.placed.records, node_dirs=plan.node_dirs,
             state=JobState.STARTING, exit_code=None, created_at=time.time(), ended_at=None,
-            last_line=None, logs_to=plan.logs_to,
+            last_line=None, logs_to=plan.logs_to, starter=this_starter(),
         )  # fmt: skip
         if request.attempt:
             db.restart_job(record)
@@ -161,12 +162,21 @@ class HostsTarget:
         try:
             first_reads = apply_plan(plan, submission.placed.connections, say, starts)
         except BaseException:
-            if starts.may_run:  # a start went out unanswered or ran: its agent says, next time
+            # A start went out unanswered or ran: its agent says, next time. Not on rented
+            # hosts: the command's way out terminates them, so the job cannot run on.
+            if starts.may_run and not self.traits.rents_hosts:
                 ranks = ", ".join(map(str, starts.may_run))
                 db.update_job(job_id, JobState.STARTING,
                               last_line=f"the start may have reached node(s) {ranks}")  # fmt: skip
             else:
-                db.update_job(job_id, JobState.FAILED, exit_code=1, last_line="failed to start")
+                gone = "; its hosts are terminated" if self.traits.rents_hosts else ""
+                db.update_job(
+                    job_id,
+                    JobState.FAILED,
+                    exit_code=1,
+                    last_line=f"failed to start{gone}",
+                    unconfirmed=not self.traits.rents_hosts,
+                )  # a channel cut may hide a start: asked again (not on hosts now terminated)
             raise
         kept = self.hand_over()  # the job runs on what was rented: it outlives the command now
         db.update_job(job_id, JobState.RUNNING)

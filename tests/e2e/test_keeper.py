@@ -125,3 +125,48 @@ def test_a_users_cancel_stays_a_cancel(tmp_path: Path, state: dict[str, str]) ->
     assert row["state"] == "cancelled", row
     said = (Path(state["GPUJOB_STATE_DIR"]) / "keeper" / "stopped.log").read_text()
     assert "stopping node" not in said, said
+
+
+BOTH_RUN = """\
+name: keeper
+image: host
+workdir: work
+nodes: 2
+run: |
+  echo "node $GPUJOB_NODE_RANK runs on"; sleep 600
+"""
+
+
+@pytest.mark.parametrize("detached", [True, False], ids=["keeper", "follow"])
+def test_a_lost_node_is_cancelled_with_the_others(
+    tmp_path: Path, state: dict[str, str], detached: bool, request: pytest.FixtureRequest
+) -> None:
+    """Node 1's supervisor killed (an OOM killer): node 1 is lost, its processes run on.
+    The keeper (detached) or the follow stops node 0 and cancels the lost node 1 too, so no
+    process of either node is left (issue 25)."""
+    import os
+
+    (tmp_path / "work").mkdir()
+    spec = tmp_path / "job.yaml"
+    spec.write_text(BOTH_RUN)
+    job_id = "lost1"
+    argv = [GPUJOB, "submit", str(spec), "--job-id", job_id, *(["--detach"] if detached else [])]
+    submit = subprocess.Popen(argv, env=state, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    jobs = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / job_id
+    for rank in (0, 1):
+        wait_for(lambda r=rank: b"runs on" in (jobs / f"node-{r}" / "job.log").read_bytes())
+    trees = []
+    for rank in (0, 1):
+        pid = json.loads((jobs / f"node-{rank}" / "status.json").read_text())["pid"]
+        trees += [pid, *descendants(pid)]
+    request.addfinalizer(lambda: [os.kill(p, signal.SIGKILL) for p in trees if alive(p)])
+    supervisor = json.loads((jobs / "node-1" / "status.json").read_text())["supervisor_pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    _, err = submit.communicate(timeout=120)
+    wait_for(lambda: not [p for p in trees if alive(p)], timeout=60)
+    if detached:
+        log = (Path(state["GPUJOB_STATE_DIR"]) / "keeper" / f"{job_id}.log").read_text()
+        assert "node 1 lost" in log and "stopping node(s) 0, 1" in log, log
+    else:
+        assert "node 1 lost" in err.decode() and "stopping the other nodes" in err.decode()
+    assert status_of(state, job_id)["state"] in ("lost", "cancelled")

@@ -107,6 +107,48 @@ def test_a_failing_job_exits_non_zero_with_its_error_in_the_log(
     assert status_of(state, "fails")["state"] == "failed"
 
 
+FILL_THE_DISK = """\
+import sys, time
+print("filling the disk", flush=True)
+try:
+    with open("filler", "wb") as out:
+        while True:
+            out.write(b"x" * 65536)
+            out.flush()
+except OSError as err:
+    print(err, flush=True)
+time.sleep(6)  # past the agent's 5 s memory sample: its write meets the full disk too
+sys.exit(CODE)
+"""
+
+
+@pytest.mark.parametrize(("code", "ended"), [(1, "failed"), (0, "succeeded")])
+def test_a_job_that_fills_its_disk_ends_recorded(
+    tmp_path: Path, state: dict[str, str], small_disk, code: int, ended: str
+) -> None:
+    """The job folder on a 4 MB disk that the job fills, then ends: its node records the
+    end anyway (it used to die on ENOSPC and read `running`, then `lost`); a failed end
+    names the full disk, in `status` too."""
+    spec = write_job(tmp_path, FILL_THE_DISK.replace("CODE", str(code)))
+    disk = small_disk("4m", at=Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "fills")
+    result = gpujob(state, "submit", str(spec), "--job-id", "fills")
+    assert result.returncode == code, result.stderr.decode()[-2000:]
+    assert b"No space left on device" in result.stdout
+    filler = next(disk.rglob("filler"))  # left there: the end was recorded on a full disk
+    assert filler.stat().st_size > 3 << 20
+    node = json.loads((disk / "node-0" / "status.json").read_text())
+    row = status_of(state, "fills")
+    assert (node["state"], row["state"], row["exit_code"]) == (ended, ended, code), node
+    full = f"the disk of {disk / 'node-0'} is full (0 KiB free of 4 MiB)"
+    if ended == "failed":
+        assert node["reason"].startswith(full) and row["warning"].startswith(full), row
+        assert f"job fills failed: {full}" in result.stderr.decode()
+        table = gpujob(state, "status").stdout.decode()
+        assert re.search(r"^fills +failed +1 .*the disk of ", table, re.M), table
+    else:
+        assert "reason" not in node and row["warning"] == "", row
+
+
 def test_cancel_stops_every_process_of_the_job(tmp_path: Path, state: dict[str, str]) -> None:
     program = "import time\nprint('working', flush=True)\ntime.sleep(600)\n"
     spec = write_job(tmp_path, program)
@@ -136,6 +178,30 @@ def test_status_says_lost_when_the_agent_and_job_are_killed(
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not alive(status["supervisor_pid"]))
     assert status_of(state, "lost")["state"] == "lost"
+
+
+def test_a_cancel_of_a_lost_job_under_recovery_is_the_users_word(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """A recovery controller restarts a job whose node reads `lost`: a user's cancel in
+    between must be recorded `cancelled` (the controller's word to make no restart and end
+    the hosts), not `lost` as an ended node's answer would record it."""
+    spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "rec").returncode == 0
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "rec" / "node-0"
+    wait_for(lambda: b"up" in (node_dir / "job.log").read_bytes())
+    status = json.loads((node_dir / "status.json").read_text())
+    for pid in [status["supervisor_pid"], status["pid"], *descendants(status["pid"])]:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(status["supervisor_pid"]))
+    script = "from launcher.state.recovery import RecoveryDB; RecoveryDB().add('rec', {}, 2)"
+    done = subprocess.run([sys.executable, "-c", script], env=state, check=False,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = gpujob(state, "cancel", "rec")
+    assert result.returncode == 0, result.stderr
+    assert b"makes no restart" in result.stderr
+    assert status_of(state, "rec")["state"] == "cancelled"
 
 
 def test_cancel_stops_the_job_after_its_agent_was_killed(

@@ -46,6 +46,7 @@ CONTROL = (
     b"\x1b[31mred\x1b[0m plain\n"
     b"clear \x1b[2J screen\n"
     b"nul \x00 bell \x07 end\n"
+    b"csi \xc2\x9b2J one-byte \x9b31m kept \xc3\xa9\n"  # C1's CSI as UTF-8, and as a byte
     b"bar 10%\rbar 100%\n"
 )
 
@@ -148,5 +149,7 @@ def test_control_bytes_reach_a_terminal_escaped_and_a_pipe_as_they_are(
     assert b"\x1b[31mred\x1b[0m plain\n" in screen  # colours are a progress bar's too
     assert b"clear ^[[2J screen\n" in screen
     assert b"nul ^@ bell ^G end\n" in screen
+    assert b"csi M-^[2J one-byte M-^[31m kept \xc3\xa9\n" in screen
     assert b"bar 10%\rbar 100%\n" in screen  # the terminal draws the progress itself
     assert b"\x1b]" not in screen and b"\x07" not in screen and b"\x00" not in screen
+    assert b"\x9b" not in screen

@@ -93,18 +93,33 @@ def tensors(path: Path) -> dict[str, bytes]:
     }
 
 
+def test_an_adapter_trained_on_a_4bit_base_merges_into_its_16bit_sibling(tmp_path: Path) -> None:
+    """QLoRA's fix, which the refusal recommends (issue 30): the adapter says it was trained
+    on `base-bnb-4bit`, merge.base names `base` (that name minus its suffix, full precision):
+    the host's check lets it through and the merge runs."""
+    done = submit(tmp_path, "base-bnb-4bit", "merge-sibling")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert ("[gpujob] merge: out/lora/adapter_config.json was trained on a quantized "
+            "base-bnb-4bit; merging into its 16-bit sibling base") in done.stdout  # fmt: skip
+    assert "[gpujob] merge: merged model saved: out/lora-merged" in done.stdout
+    merged = tmp_path / "state" / "jobs" / "merge-sibling" / "workdir" / "out" / "lora-merged"
+    assert (merged / "model.safetensors").is_file()
+
+
 def test_an_adapter_trained_on_a_4bit_base_stops_the_job_before_the_merge(
     tmp_path: Path,
 ) -> None:
+    """Trained on another model's 4-bit base: `base` is not its 16-bit sibling."""
     done = submit(tmp_path, "unsloth/Qwen2.5-1.5B-bnb-4bit", "merge-4bit")
     assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-2000:]
     config = tmp_path / "state" / "jobs" / "merge-4bit" / "workdir" / "out" / "lora"
     line = next(x for x in done.stdout.splitlines() if "merge refused" in x)
     assert line == (
         f"[gpujob] merge refused: {config}/adapter_config.json: the adapter was trained on "
-        "unsloth/Qwen2.5-1.5B-bnb-4bit, a quantized base (bnb); merging it gives a "
-        "corrupted model (seed 002): merge into the 16-bit base unsloth/Qwen2.5-1.5B (train "
-        "the adapter on it), or keep the adapter separate (remove `merge:`)"
+        "unsloth/Qwen2.5-1.5B-bnb-4bit, a quantized base (bnb), and merge.base base is not "
+        "that base's 16-bit sibling (another model's weights): merge into its 16-bit sibling "
+        "unsloth/Qwen2.5-1.5B instead (merge.base), or keep the adapter separate (remove "
+        "`merge:`)"
     )
     assert "[gpujob] merge: out/lora into" not in done.stdout
     assert not (config.parent / "lora-merged").exists()

@@ -45,6 +45,14 @@ def lab_is_up() -> bool:
     return state.alive(state.read_state()["daemons"].get("registry"))
 
 
+def base_image_ref() -> str:
+    """The lab base image as hosts pull it (`10.77.0.1:5000/gpujob-lab/base:bookworm` in the
+    default lab): the session lab's registry, so known only once the session chose its lab."""
+    from infra.lab import base_image, registry
+
+    return f"{registry.address()}/{base_image.TAG}"
+
+
 def pin_line(host) -> str:
     key_type, key = Path(host.host_key_path).read_text().split()[:2]
     return f"{host.address} {key_type} {key}\n"
@@ -193,3 +201,20 @@ class SSHHost:
 
     def job_log(self, job_id: str) -> bytes:
         return (self.root / ".gpujob" / "jobs" / job_id / "node-0" / "job.log").read_bytes()
+
+
+def with_lab_s3(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """`env` with the lab's S3 as remote `lab` (a fresh bucket; the hosts reach it over the
+    bridge) and its keys in the variables the remote names."""
+    from infra.lab import s3
+
+    bucket = s3.create_bucket()
+    config = folder / "config"
+    config.mkdir()
+    (config / "config.yaml").write_text(
+        f"remotes:\n  lab:\n    provider: Other\n    endpoint: {s3.endpoint()}\n"
+        f"    host_endpoint: {s3.endpoint(for_hosts=True)}\n    bucket: {bucket}\n"
+        "    access_key_env: GJ_LAB_KEY\n    secret_key_env: GJ_LAB_SECRET\n"
+    )
+    return dict(env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY,
+                GJ_LAB_SECRET=s3.SECRET_KEY)  # fmt: skip

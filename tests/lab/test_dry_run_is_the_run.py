@@ -134,7 +134,7 @@ def test_ssh_host(tmp_path: Path, ssh_host: Any) -> None:  # noqa: F811
     plan, ran = dry_then_run(env, tmp_path, str(tiny_job(tmp_path)), "--on", "lab")
     assert "<home>" in json.dumps(plan)
     late = {"<home>": home_of(env, "same-1")}
-    assert [probe["kind"] for probe in plan["probes"]] == ["free disk"]
+    assert [probe["check"] for probe in plan["probes"]] == ["free disk"]
     assert_same(mapped(printed_steps(plan), late), ran)
 
 

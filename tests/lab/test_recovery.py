@@ -88,7 +88,7 @@ def env(clouds: dict[str, RunningFake], bucket: str, tmp_path: Path) -> Iterator
         "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
         "VAST_API_KEY": VAST_API_KEY,
         "GPUJOB_VAST_API_URL": clouds["vast"].url,
-        "GPUJOB_REGISTRY": registry.ADDRESS,
+        "GPUJOB_REGISTRY": registry.address(),
         "GPUJOB_IMAGE_REPO": "gpujob-lab/job",
         "GJ_LAB_KEY": s3.ACCESS_KEY,
         "GJ_LAB_SECRET": s3.SECRET_KEY,
@@ -186,10 +186,12 @@ def pause_job(job_id: str) -> list[int]:
     return paused
 
 
-def synced(bucket: str, name: str) -> bool:
+def synced(bucket: str, job_id: str, name: str) -> bool:
+    """The checkpoint complete in the job's own run folder (`<sync_to>/<job id>/`)."""
     from infra.lab import s3
 
-    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"runs/qs/{name}/{MARKER}")
+    key = f"runs/qs/{job_id}/{name}/{MARKER}"
+    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=key)
     return bool(listed.get("Contents"))
 
 
@@ -258,7 +260,8 @@ def lose_after(submit: Command, fake: RunningFake, bucket: str, job_id: str, pro
     checkpoint awaited in S3, and then its one host goes as `how` says: its instance id."""
     submit.wait_for(rf"step {checkpoint + 3}/{STEPS}".encode())
     pause_job(job_id)
-    wait_until(lambda: synced(bucket, f"checkpoint-{checkpoint}"), f"checkpoint-{checkpoint} in S3")
+    name = f"checkpoint-{checkpoint}"
+    wait_until(lambda: synced(bucket, job_id, name), f"{name} in S3")
     (host,) = live(fake, provider)
     lose(fake, provider, how, str(host["id"]))
     return str(host["id"])
@@ -326,7 +329,7 @@ def test_max_restarts_used_up_stops_and_terminates_every_host(
     assert "its checkpoints stay in S3" in stopped
     assert last[-1] == f"gpujob: job {job_id} failed (exit code 1)", submit.text()
     assert live(fake, "lambda") == []
-    assert synced(bucket, "checkpoint-10")
+    assert synced(bucket, job_id, "checkpoint-10")
     row = job_row(env, job_id)
     assert (row["state"], row["recovery"]["phase"], row["recovery"]["restarts"]) == (
         "failed", "stopped", 1)  # fmt: skip
@@ -396,7 +399,7 @@ def test_two_nodes_restart_together_when_node_1s_host_is_lost(
                      "--job-id", job_id)  # fmt: skip
     submit.wait_for(rf"step 13/{STEPS}".encode())
     pause_job(job_id)
-    wait_until(lambda: synced(bucket, "checkpoint-10"), "checkpoint-10 in S3")
+    wait_until(lambda: synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3")
     hosts = json.loads(subprocess.run([GPUJOB, "status", "--json"], env=env,
                                       capture_output=True, timeout=60).stdout)["hosts"]  # fmt: skip
     records = {h["name"]: h for h in hosts if h["status"] == "running"}
@@ -427,3 +430,44 @@ def job_row_hosts(env: dict[str, str], job_id: str) -> list[str]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         (hosts,) = conn.execute("SELECT hosts FROM jobs WHERE id=?", (job_id,)).fetchone()
     return json.loads(hosts)
+
+
+def test_sync_ckpt_pushes_a_rented_jobs_checkpoints_and_a_pull_verifies_them(
+    env: dict[str, str], clouds: dict[str, RunningFake], backend: Any, tmp_path: Path
+) -> None:
+    """`sync-ckpt JOB` of a job on a Lambda-fake host (issue 25): reached through its target,
+    it pushes the host's complete checkpoints; a pull of the latest equals the host's copy."""
+    spec = tmp_path / "qs.yaml"
+    spec.write_text(
+        f"name: qs\nimage: lab-cpu\nworkdir: {REPO / 'jobs' / 'quickstart'}\n"
+        "resources: {cpus: 2, disk_gb: 1}\n"
+        "run: {entrypoint: train.py, nproc_per_node: 2, args: "
+        '["--steps", "20", "--seq-len", "64", "--log-every", "5"]}\n'
+        "batch: {global_batch: 16, micro_batch: 4}\nenvs: {OMP_NUM_THREADS: 1}\n"
+        "checkpoints: {dir: checkpoints, every_steps: 10, keep_last: 2}\n"
+    )
+    argv = [GPUJOB, "submit", str(spec), "--up", "a100", "--allow-cpu", "--job-id", "sc-up"]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    pushed = subprocess.run([GPUJOB, "sync-ckpt", "sc-up", "--to", "lab:runs/sc", "--json"],
+                            env=env, capture_output=True, timeout=300)  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr.decode()[-3000:]
+    moved = json.loads(pushed.stdout)["checkpoints"]
+    assert [(m["name"], m["verified"]) for m in moved] == [
+        ("checkpoint-10", True), ("checkpoint-20", True)]  # fmt: skip
+    (instance_id,) = [i for i, r in backend.records.items() if r.get("host")]
+    from infra.lab import boot
+
+    host_ckpts = (boot.host_dir(backend.records[instance_id]["host"]) / "root" / ".gpujob"
+                  / "jobs" / "sc-up" / "checkpoints")  # fmt: skip
+    fresh = tmp_path / "fresh"
+    pulled = subprocess.run([GPUJOB, "sync-ckpt", "--from", "lab:runs/sc", "--latest", "--dest",
+                             str(fresh)], env=env, capture_output=True, timeout=300)  # fmt: skip
+    assert pulled.returncode == 0, pulled.stderr.decode()[-2000:]
+
+    def files(path: Path) -> dict[str, bytes]:
+        return {p.relative_to(path).as_posix(): p.read_bytes()
+                for p in path.rglob("*") if p.is_file() and p.name != MARKER}  # fmt: skip
+
+    assert files(fresh / "checkpoint-20") == files(host_ckpts / "checkpoint-20")
+    assert files(fresh / "checkpoint-20")

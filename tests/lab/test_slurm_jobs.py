@@ -386,3 +386,39 @@ def test_time_limit_warns_the_agent_which_saves(
     saved = folder / "checkpoints" / f"checkpoint-{step.group(1)}"
     assert (saved / ".gpujob-complete").exists()
     assert not (folder / "node-1" / "secrets.json").exists()
+
+
+def test_sync_ckpt_pushes_a_slurm_jobs_checkpoints_and_a_pull_verifies_them(
+    lab: None, slurm_cluster, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`sync-ckpt JOB` of a SLURM job (issue 25): reached through the cluster's login host
+    (the shared filesystem holds node 0's folder), it pushes the job's complete checkpoints
+    to the lab's S3; a pull of the latest equals the cluster's copy."""
+    import json
+
+    from labtools import with_lab_s3
+
+    env = with_lab_s3(env, tmp_path)
+    spec = spec_file(tmp_path, (QUICKSTART.parent / "quickstart.yaml").read_text()
+                     .replace("workdir: quickstart", f"workdir: {QUICKSTART}")
+                     .replace("image: lab-cpu", f"image: {IMAGE}")
+                     .replace('"--steps", "60"', '"--steps", "40"'))  # fmt: skip
+    done = gpujob(env, "submit", str(spec), "--on", "slurm:lab", "--job-id", "sc-slurm",
+                  timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    pushed = gpujob(env, "sync-ckpt", "sc-slurm", "--to", "lab:runs/sc", "--json")
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    moved = json.loads(pushed.stdout)["checkpoints"]
+    assert [(m["name"], m["verified"]) for m in moved] == [
+        ("checkpoint-20", True), ("checkpoint-40", True)]  # fmt: skip
+    fresh = tmp_path / "fresh"
+    pulled = gpujob(env, "sync-ckpt", "--from", "lab:runs/sc", "--latest", "--dest", str(fresh))
+    assert pulled.returncode == 0, pulled.stderr[-2000:]
+
+    def files(path: Path) -> dict[str, bytes]:
+        return {p.relative_to(path).as_posix(): p.read_bytes()
+                for p in path.rglob("*")
+                if p.is_file() and p.name != ".gpujob-complete"}  # fmt: skip
+
+    theirs = job_dir(slurm_cluster, "sc-slurm") / "checkpoints" / "checkpoint-40"
+    assert files(fresh / "checkpoint-40") == files(theirs) != {}

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 IMAGE = str(REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml")
-HOST = "gjlab-ssh"
+HOST = "ssh"  # with the lab's prefix: gjlab-ssh in the default lab
 TOOLS = ("ip", "sshd", "nsenter", "unshare", "ssh-keygen")
 
 
@@ -50,9 +50,9 @@ def ssh_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHost]:
     if reason:
         pytest.skip(reason)
     import infra.lab
-    from infra.lab import job_image, network, state
+    from infra.lab import job_image, naming, network, state
 
-    bridge_was_up = network.link_exists(state.BRIDGE)
+    bridge_was_up = network.link_exists(naming.bridge())
     house = _wheelhouse(job_image, state.lab_dir() / "wheelhouse" / "lab-cpu")
     try:
         host = infra.lab.create_host(HOST)
@@ -233,7 +233,7 @@ def test_a_refused_connection_is_retried_until_sshd_starts(
     import infra.lab
 
     try:
-        late = infra.lab.create_host("gjlab-late")
+        late = infra.lab.create_host("late")
         infra.lab.kill_host_processes(late.name)  # the address answers, nothing listens
         refused_before = _resets_sent(late.name)
         client = subprocess.Popen(
@@ -250,7 +250,7 @@ def test_a_refused_connection_is_retried_until_sshd_starts(
         assert client.returncode == 0, err
         assert out == b"up\n"
     finally:
-        infra.lab.destroy_host("gjlab-late")
+        infra.lab.destroy_host("late")
 
 
 def _resets_sent(host_name: str) -> int:
@@ -269,7 +269,10 @@ def _ssh_config(folder: Path) -> Path:
     import infra.lab
 
     config = folder / "ssh_config"
-    config.write_text(f"Host 10.77.0.*\n  IdentityFile {infra.lab.user_key()}\n")
+    net = infra.lab.naming.subnet()  # the lab's /24: 10.77.0.* for the default lab
+    assert net is not None
+    pattern = str(net.network_address).rsplit(".", 1)[0] + ".*"
+    config.write_text(f"Host {pattern}\n  IdentityFile {infra.lab.user_key()}\n")
     return config
 
 
@@ -475,12 +478,12 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
     host_ckpts = ssh_host.root / ".gpujob" / "jobs" / "qs-s3" / "checkpoints"
     assert sorted(p.name for p in host_ckpts.iterdir()) == ["checkpoint-40", "checkpoint-60"]
 
-    tree = gpujob(env, "storage", "tree", "lab:runs/qs", "--depth", "1")
+    tree = gpujob(env, "storage", "tree", "lab:runs/qs/qs-s3", "--depth", "1")  # the job's run
     listed = tree.stdout.decode().splitlines()[1:]
-    checkpoints = [line for line in listed if not line.startswith("logs/")]
+    checkpoints = [line for line in listed if line.startswith("checkpoint-")]
     assert checkpoints and all(line.endswith("  complete") for line in checkpoints), listed
     # the host's agent shipped the job log beside them, whole, once the job had ended
-    shipped = s3.client().get_object(Bucket=bucket, Key="runs/qs/logs/qs-s3/node-0.log")
+    shipped = s3.client().get_object(Bucket=bucket, Key="runs/qs/qs-s3/logs/qs-s3/node-0.log")
     host_log = ssh_host.root / ".gpujob" / "jobs" / "qs-s3" / "node-0" / "job.log"
     assert shipped["Body"].read() == host_log.read_bytes()
 
@@ -490,7 +493,8 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
         }
 
     fresh = tmp_path / "fresh"
-    pulled = gpujob(env, "sync-ckpt", "--from", "lab:runs/qs", "--latest", "--dest", str(fresh))
+    pulled = gpujob(env, "sync-ckpt", "--from", "lab:runs/qs/qs-s3", "--latest", "--dest",
+                    str(fresh))  # fmt: skip
     assert pulled.returncode == 0, pulled.stderr.decode()[-2000:]
     assert files(fresh / "checkpoint-60") == files(host_ckpts / "checkpoint-60")
 
@@ -498,7 +502,7 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
         env,
         "sync-ckpt",
         "--from",
-        "lab:runs/qs",
+        "lab:runs/qs/qs-s3",
         "--latest",
         "--dest",
         "/root/restored",
@@ -512,3 +516,35 @@ def test_quickstart_on_a_host_syncs_to_s3_and_the_latest_pulls_back_byte_for_byt
     pushed = gpujob(env, "sync-ckpt", "qs-s3", "--json")
     assert pushed.returncode == 0, pushed.stderr.decode()[-2000:]
     assert all(c["skipped"] for c in json.loads(pushed.stdout)["checkpoints"])
+
+
+def test_submit_killed_at_random_points_leaves_no_ghost_on_a_host(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost
+) -> None:
+    """`kill -9` of `submit --on HOST` at 20 random points (issue 25): a host that answers
+    but has no node folder is not `unreachable`, its job ends `failed to start`; every job
+    is resolved by status, cancel and logs, and none leaves a process on the host."""
+    from tests.e2e.test_interrupted_submit import SLEEPER, kill_at_random_points
+
+    spec = write_job(tmp_path, SLEEPER)
+    warm = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "warm")
+    assert warm.returncode == 0, warm.stderr.decode()[-2000:]  # the environment is built
+    assert gpujob(env, "cancel", "warm").returncode == 0
+    kill_at_random_points(env, spec, 2.5, 0.3, "--on", "lab")
+    jobs = str(ssh_host.root / ".gpujob" / "jobs")
+
+    def left() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "/.gpujob/jobs/kill-" in cmdline or jobs in cmdline:
+                found.append(f"{entry.name}: {cmdline[:200]}")
+        return found
+
+    deadline = time.monotonic() + 20
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left()

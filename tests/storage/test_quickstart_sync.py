@@ -45,19 +45,24 @@ def test_quickstart_synced_then_pulled_latest_is_byte_identical(remote, tmp_path
     assert sorted(p.name for p in local.iterdir()) == ["checkpoint-40", "checkpoint-60"]
     assert "[gpujob-agent] synced" in run.stdout
 
-    tree = gpujob(env, "storage", "tree", "t:qs", "--depth", "1")
+    # the job's own run folder under the prefix (the job id), its manifest beside them
+    tree = gpujob(env, "storage", "tree", "t:qs/qs-sync", "--depth", "1")
     assert tree.returncode == 0, tree.stderr
     listed = tree.stdout.splitlines()[1:]
-    checkpoints = [line for line in listed if not line.startswith("logs/")]
+    checkpoints = [line for line in listed if line.startswith("checkpoint-")]
     assert checkpoints and all(line.endswith("  complete") for line in checkpoints), tree.stdout
     assert any(line.startswith("checkpoint-60/") for line in listed)
     assert any(line.startswith("logs/") and "job logs" in line for line in listed), tree.stdout
     # the agent shipped the log beside the checkpoints, whole, after the job's last line
-    shipped = s3_object(remote, "qs/logs/qs-sync/node-0.log")
+    shipped = s3_object(remote, "qs/qs-sync/logs/qs-sync/node-0.log")
     assert shipped == (job_dir / "node-0" / "job.log").read_bytes()
+    manifest = json.loads(s3_object(remote, "qs/qs-sync/gpujob-run.json"))
+    assert (manifest["run"], manifest["job_id"], manifest["jobs"]) == ("qs-sync", "qs-sync",
+                                                                     ["qs-sync"])  # fmt: skip
+    assert manifest["steps"] == [40, 60] and len(manifest["spec_hash"]) == 16
 
     fresh = tmp_path / "fresh"
-    pulled = gpujob(env, "sync-ckpt", "--from", "t:qs", "--latest", "--dest", str(fresh))
+    pulled = gpujob(env, "sync-ckpt", "--from", "t:qs/qs-sync", "--latest", "--dest", str(fresh))
     assert pulled.returncode == 0, pulled.stderr[-2000:]
     assert sorted(p.name for p in fresh.iterdir()) == ["checkpoint-60"]
     assert files(fresh / "checkpoint-60") == files(local / "checkpoint-60")

@@ -58,7 +58,7 @@ def test_a_job_past_its_time_limit_ends_timed_out_with_its_checkpoint_synced(
     ) in run.stdout
     ending = (
         f"timed out after 15s (max_duration); last checkpoint: step {step} "
-        f"(checkpoint-{step}), synced to t:qs"
+        f"(checkpoint-{step}), synced to t:qs/qs-limit"  # the job's own run folder
     )
     assert f"gpujob: job qs-limit {ending} (exit code 124)" in run.stderr.splitlines()
 
@@ -72,7 +72,7 @@ def test_a_job_past_its_time_limit_ends_timed_out_with_its_checkpoint_synced(
 
     s3 = boto3.client("s3", endpoint_url=remote["url"], region_name="us-east-1",
                       aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
-    prefix = f"qs/checkpoint-{step}/"
+    prefix = f"qs/qs-limit/checkpoint-{step}/"
     marker = json.loads(
         s3.get_object(Bucket=remote["bucket"], Key=f"{prefix}.gpujob-complete")["Body"].read()
     )
@@ -81,6 +81,6 @@ def test_a_job_past_its_time_limit_ends_timed_out_with_its_checkpoint_synced(
     assert {f"{prefix}{name}": size for name, size in marker["files"].items()}.items() <= (
         stored.items()
     )
-    tree = gpujob(env, "storage", "tree", "t:qs", "--depth", "1")
+    tree = gpujob(env, "storage", "tree", "t:qs/qs-limit", "--depth", "1")
     assert any(line.startswith(f"checkpoint-{step}/") and line.endswith("  complete")
                for line in tree.stdout.splitlines()), tree.stdout  # fmt: skip

@@ -116,10 +116,10 @@ def test_the_s3_write_probe_is_a_step_of_the_dry_run_with_its_keys_masked(
     assert (text.exit_code, data.exit_code) == (0, 0), text.stderr + data.stderr
     for shown in (text.stdout, data.stdout):
         assert "sekret-value" not in shown and "key-id-value" not in shown
-    probes = {probe["kind"]: probe for probe in json.loads(data.stdout)["probes"]}
+    probes = {probe["check"]: probe for probe in json.loads(data.stdout)["probes"]}
     lines = text.stdout.split("checked first, before any file reaches a host:\n")[1]
     if on:
-        assert list(probes) == ["free disk", "S3 write probe"]
+        assert list(probes) == ["free disk", "S3 write probe", "run folder"]
         s3 = probes["S3 write probe"]
         assert s3["argv"][-2:] == ["gpujob_t:ckpts", "gpujob_t:ckpts/runs/q"]
         keys = {"RCLONE_CONFIG_GPUJOB_T_ACCESS_KEY_ID", "RCLONE_CONFIG_GPUJOB_T_SECRET_ACCESS_KEY"}
@@ -128,7 +128,7 @@ def test_the_s3_write_probe_is_a_step_of_the_dry_run_with_its_keys_masked(
         assert f"  S3 write probe on gpu1: python3 -c <S3 write probe> {where}  #" in lines
         assert "RCLONE_CONFIG_GPUJOB_T_SECRET_ACCESS_KEY=***" in lines
     else:
-        assert list(probes) == ["S3 write probe"]
+        assert list(probes) == ["S3 write probe", "run folder"]
         assert probes["S3 write probe"]["host"] == "this machine"
         assert lines.startswith("  S3 write probe on this machine: (boto3)  # list t:runs/q's")
 

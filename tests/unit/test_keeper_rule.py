@@ -14,7 +14,8 @@ from launcher.supervise.keeper import others_to_stop
     [
         (["running", "running"], []),
         (["failed", "running"], [1]),
-        (["running", "lost", "starting", "succeeded"], [0, 2]),
+        (["running", "lost", "starting", "succeeded"], [0, 1, 2]),
+        (["lost", "failed"], [0]),  # its processes may outlive its supervisor
         (["failed", "cancelled"], []),
         (["cancelled", "running"], []),
         (["timed out", "running"], []),

@@ -167,3 +167,19 @@ def test_a_terminal_sees_control_bytes_escaped_however_the_reads_cut_them(size: 
     assert out.getvalue() == (
         b"a^[]0;title^Gb \x1b[1;31mred\x1b[0m \x1b[2K\x1b[1A up ^[[?25l^@^?\tend^["
     )
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 1000])
+def test_a_terminal_sees_c1_controls_escaped_and_text_kept(size: int) -> None:
+    """The one-byte CSI (U+009B, `\\xc2\\x9b` in UTF-8, or a stray `\\x9b`) is obeyed like
+    `ESC [` by terminals that take C1: shown as `cat -v` does; UTF-8 text is untouched."""
+    log = "é ─█ 🙂 \u009b2J x\u0090q\u009c ".encode() + b"\x9b31m\xc2\xa0end\n"
+    pieces = [log[i : i + size] for i in range(0, len(log), size)]
+    shown = io.BytesIO()
+    follow_logs(
+        [NodeStream(0, "/n", Host(list(pieces)))], Output(shown, terminal=True), follow=True
+    )
+    assert shown.getvalue() == "é ─█ 🙂 M-^[2J xM-^Pq".encode() + b"M-^\\ M-^[31m\xc2\xa0end\n"
+    kept = io.BytesIO()
+    follow_logs([NodeStream(0, "/n", Host(pieces))], Output(kept, terminal=False), follow=True)
+    assert kept.getvalue() == log

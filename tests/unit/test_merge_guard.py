@@ -52,7 +52,7 @@ def test_a_quantized_base_for_an_adapter_still_to_come_is_refused_by_name(
     assert result.stderr.strip().splitlines() == [
         f"gpujob: error: {spec}:7: merge.base: {base} is a quantized base ({quant}); merging "
         f"the adapter work/out/lora into it gives a corrupted model (4-bit rounding, seed 002): "
-        f"merge into the 16-bit base {use} (train the adapter on it), or keep the adapter "
+        f"merge into its 16-bit sibling {use} instead (merge.base), or keep the adapter "
         "separate (remove `merge:`)"
     ]
 
@@ -81,19 +81,22 @@ def test_an_adapter_outside_the_workdir_is_refused_naming_the_path_to_write(
 def test_an_adapter_here_is_judged_by_its_own_config_even_when_merge_base_is_set(
     gpujob: Callable, tmp_path: Path
 ) -> None:
-    """Submit applies the host's rule: an adapter trained on `x-bnb-4bit` is refused now,
-    before anything is rented, though merge.base names the 16-bit `x`."""
+    """Submit applies the host's rule: an adapter trained on `x-bnb-4bit` merges into the
+    16-bit `x` that merge.base names (QLoRA's fix), and is refused now, before anything is
+    rented, when merge.base names another model."""
     folder = tmp_path / "work" / "lora"
     folder.mkdir(parents=True)
     config = {"base_model_name_or_path": "org/model-bnb-4bit"}
     (folder / "adapter_config.json").write_text(json.dumps(config))
     spec = job(tmp_path, "merge: {adapter: work/lora, base: org/model}\n")
+    assert gpujob("submit", str(spec), "--dry-run").exit_code == 0
+    spec = job(tmp_path, "merge: {adapter: work/lora, base: org/other}\n")
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 2, result.stdout
     assert result.stderr.strip().splitlines() == [
-        f"gpujob: error: {spec}:5: merge.adapter: {refusal(folder, 'org/model', tmp_path)}"
+        f"gpujob: error: {spec}:5: merge.adapter: {refusal(folder, 'org/other', tmp_path)}"
     ]
-    assert "the adapter was trained on org/model-bnb-4bit, a quantized base (bnb)" in (
+    assert "the adapter was trained on org/model-bnb-4bit, a quantized base (bnb), and " in (
         result.stderr
     )
     (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/m"}))
@@ -122,12 +125,13 @@ def adapter(folder: Path, config: dict) -> Path:
 @pytest.mark.parametrize(
     ("config", "merge_base", "said"),
     [
-        ({"base_model_name_or_path": "org/model-AWQ"}, "org/model",
+        ({"base_model_name_or_path": "org/model-AWQ"}, "org/other",
          "the adapter was trained on org/model-AWQ, a quantized base (awq)"),
         ({"base_model_name_or_path": "org/model"}, "org/model-bnb-4bit",
          "the adapter would merge into org/model-bnb-4bit, a quantized base (bnb)"),
         ({"base_model_name_or_path": "org/m", "quantization_config": {"load_in_4bit": True}}, "",
-         "the adapter records a quantized base (quantized 4-bit)"),
+         "the adapter was trained on org/m loaded quantized (quantized 4-bit), and merge.base "
+         "does not name the 16-bit base to merge into: merge into its 16-bit sibling org/m"),
         ({}, "", "no base_model_name_or_path, and merge.base is not set"),
     ],
 )  # fmt: skip

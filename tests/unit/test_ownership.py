@@ -108,8 +108,10 @@ def test_two_owners_on_one_account_touch_only_their_own(
     assert theirs not in live(provider, fake)
 
     as_user("ana")
-    mine = json.loads(gpujob("status", "--json").stdout)["hosts"]
-    assert sorted(h["instance_id"] for h in mine) == sorted(anas)  # not yet reconciled
+    status = gpujob("status", "--json")  # status squares the db with the cloud (issue 25)
+    mine = json.loads(status.stdout)["hosts"]
+    assert sorted(h["instance_id"] for h in mine) == sorted(set(anas) - {theirs})
+    assert f"{name} is gone from the cloud; marked terminated" in status.stderr
     again = gpujob("down", "--all")
     assert again.exit_code == 0, again.stderr
     assert "not ours" not in again.stderr  # bo's are all gone

@@ -84,7 +84,7 @@ def test_unknown_gpu_lists_the_known_ones(env: RunningFake, gpujob: Callable) ->
     result = gpujob("up", "a1000", "--yes", "--no-bootstrap")
     assert result.exit_code == 2
     assert "unknown GPU 'a1000'" in result.stderr
-    assert "a100, a100-80gb, h100" in result.stderr
+    assert "a100, a100-80gb, h100, h100-sxm" in result.stderr
     assert calls(env, "launch") == []
 
 

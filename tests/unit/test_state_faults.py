@@ -8,31 +8,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 SPEC = "name: t\nimage: host\nrun:\n  entrypoint: train.py\n"
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """`small_disk("2m")`: a tmpfs of that size; `read_only=True` remounts it so."""
-    assert os.geteuid() == 0, "these tests mount a tmpfs: run them as root"
-    mounted: list[Path] = []
-
-    def mount(size: str) -> Path:
-        point = tmp_path / f"disk-{len(mounted)}"
-        point.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
-                       check=True)  # fmt: skip
-        mounted.append(point)
-        return point
-
-    yield mount
-    for point in mounted:
-        subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 def _damaged(db: Path) -> None:
@@ -119,7 +100,28 @@ def test_a_read_only_or_full_state_disk_is_one_line(
 def test_a_new_state_db_records_its_schema_version(gpujob: Callable, state_dir: Path) -> None:
     assert gpujob("status").exit_code == 0
     with sqlite3.connect(state_dir / "state.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+
+
+def test_a_schema_1_db_is_read_and_migrated(gpujob: Callable, state_dir: Path) -> None:
+    """A db an older gpujob wrote (no record of who starts a job) keeps its jobs."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(state_dir / "state.db") as conn:
+        conn.executescript(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, spec_path TEXT NOT NULL,"
+            " provider TEXT NOT NULL, runtime TEXT NOT NULL, hosts TEXT NOT NULL,"
+            " node_dirs TEXT NOT NULL, state TEXT NOT NULL, exit_code INTEGER,"
+            " created_at REAL NOT NULL, ended_at REAL, last_line TEXT, logs_to TEXT,"
+            " scheduler_job TEXT);"
+            "INSERT INTO jobs VALUES ('old-1', 'old', 'job.yaml', 'local', 'bare', '[\"local\"]',"
+            " '[\"/nowhere/node0\"]', 'succeeded', 0, 1.0, 2.0, 'done', NULL, NULL);"
+            "PRAGMA user_version = 1;"
+        )
+    result = gpujob("status", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert '"old-1"' in result.stdout and '"succeeded"' in result.stdout
+    with sqlite3.connect(state_dir / "state.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
 
 
 def test_checkpoints_on_another_disk_are_measured_there(

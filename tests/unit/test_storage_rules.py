@@ -162,7 +162,8 @@ def test_merge_onto_a_quantized_base_is_refused_with_the_base_to_use(
     assert result.exit_code == 2, result.stderr
     config = tmp_path / "adapter" / "adapter_config.json"
     assert f"{spec}:5: merge.adapter: {config}: the adapter was trained on {base}" in result.stderr
-    assert f"merge into the 16-bit base {use} (train the adapter on it)" in result.stderr
+    assert "merge into its 16-bit sibling " in result.stderr
+    assert f"{use} instead (merge.base)" in result.stderr
 
 
 def test_merge_guard_reads_a_local_base_config_and_passes_full_precision(gpujob, tmp_path):

@@ -22,6 +22,8 @@ from launcher.state.hosts import HostRecord, HostsDB
 from launcher.state.owner import Owner, is_ours, read_owner
 from launcher.state.readonly import HostsView
 
+ENDING = ("terminating", "terminated")
+"""An instance in one of these has ended for its row, though the cloud lists it a while."""
 LAUNCH_GRACE_S = 120
 """A `launching` row the cloud has no instance for, older than this: its launch never
 reached the cloud (or what it made is gone already)."""
@@ -138,7 +140,7 @@ def compare(
             by_id[inst.id] = row
         else:
             found.unknown.append(inst)
-    live_ids = {i.id for i in tagged}
+    live_ids = {i.id for i in tagged if i.status not in ENDING}  # terminating: billing stopped
     tagged_names = {i.name for i in found.ours}
     for row in rows:
         if row.instance_id and row.instance_id not in live_ids:
@@ -167,3 +169,26 @@ def record(db: HostsDB, found: Reconciliation) -> None:
         pins = KnownHosts(known_hosts_file())
         for instance in found.gone:
             pins.forget_instance(instance)
+
+
+def for_status(db: HostsDB | None = None) -> set[str]:
+    """`status`: each cloud with live hosts of ours recorded is asked once (one list call)
+    and the db squared with it, so a host that ended itself (autostop) or was killed shows
+    ended instead of running on at a growing cost. Returns the clouds that did not answer:
+    their rows are shown `unverified`, and status goes on."""
+    from launcher.clouds.registry import CLOUDS, get_provider
+    from launcher.errors import GpujobError
+    from launcher.say import say
+
+    db = db or HostsDB()
+    unanswered = set()
+    for name in sorted({host.provider for host in db.hosts()} & set(CLOUDS)):
+        try:
+            found = reconcile(get_provider(name), db)
+        except (GpujobError, OSError):  # no key, or the cloud did not answer
+            unanswered.add(name)
+            continue
+        record(db, found)
+        for line in found.lines(foreign=False):
+            say(line)
+    return unanswered

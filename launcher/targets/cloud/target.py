@@ -102,6 +102,7 @@ class CloudTarget(RemoteHostsTarget):
 
         ref = image_reference(spec.image, job.image)
         cleared = check_before_rent(job.loaded, job.image, ref, request.disk, rehearse, say)
+        _runs_before_rent(job)
         return replace(request, disk=max(request.disk, cleared.min_disk_gb))
 
     def _rented_hosts(self, request: LaunchRequest, job: JobInput) -> list[HostEntry]:
@@ -172,3 +173,15 @@ class CloudTarget(RemoteHostsTarget):
         for line in failures:
             say(line)
         return failures
+
+
+def _runs_before_rent(job: JobInput) -> None:
+    """The job's run folder in the bucket is its own (storage/runs.py), checked from here
+    before anything is rented: a refusal after renting would cost a boot. Its notes are said
+    once, at the start, where every target says them."""
+    from launcher.storage.preflight import sync_target
+    from launcher.storage.runs import check_run
+
+    target = sync_target(job.loaded)
+    if target is not None:
+        check_run(job.loaded.spec, target, job.job_id, lambda _: None)

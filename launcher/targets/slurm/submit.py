@@ -149,7 +149,7 @@ def slurm_dryrun(
 
             cluster = replace(cluster, shared=home.strip() or UNKNOWN_HOME)
         placeholder = _Target(cluster)
-        sync = preflight(loaded, placeholder, image, say)
+        sync = preflight(loaded, placeholder, image, say, job.job_id)
         planned = build_slurm_plan(spec, cluster, job.job_id, job.secrets, image, job.sources,
                                    python=python, image_ref=ref, sync=sync)  # fmt: skip
     except BaseException:

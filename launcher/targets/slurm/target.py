@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.errors import GpujobError
+from launcher.errors import GpujobError, UsageError
 from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus
 from launcher.say import say
@@ -50,7 +50,15 @@ class SlurmTarget:
     def submit(self, submission: Submission, before_start: BeforeStart | None) -> Started:
         from launcher.targets.slurm.submit import SlurmSubmission, queue
 
-        assert isinstance(submission, SlurmSubmission) and before_start is None
+        assert isinstance(submission, SlurmSubmission)
+        if before_start is not None:  # `submit --resume-from`: nothing pulls before sbatch
+            submission.close()
+            raise UsageError(
+                "--resume-from: a SLURM job's checkpoint is not pulled before it is queued "
+                "(not built yet); nothing was queued",
+                "pull it onto the shared filesystem with `gpujob sync-ckpt --from "
+                "REMOTE:prefix/run --latest --dest DIR --on LOGIN` and point the program at it",
+            )
         try:
             return queue(submission)
         except BaseException:
