@@ -3,9 +3,10 @@ so that any error can name the line to change.
 
 The composer is bounded, because a spec is input from anyone: a file past `MAX_BYTES`,
 bytes that are not UTF-8, nesting past `MAX_DEPTH`, aliases that expand past `MAX_VALUES`
-(a "billion laughs" composes in microseconds and expands in hours) and a key written twice
-in one mapping (YAML would keep the last, silently) are each refused in one line while the
-document is composed, before anything walks the expanded tree.
+nodes or `MAX_EXPANDED` characters (a "billion laughs" composes in microseconds and
+expands in hours; one long string aliased 2000 times takes gigabytes) and a key written
+twice in one mapping (YAML would keep the last, silently) are each refused in one line
+while the document is composed, before anything walks the expanded tree.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ Path_ = tuple[str | int, ...]
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_VALUES = 100_000
+MAX_EXPANDED = 8 * 1024 * 1024
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -32,6 +34,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self.filename = filename
         self.path: list[str | int | None] = []
         self.sizes: dict[int, int] = {}
+        self.expanded: dict[int, int] = {}  # characters once aliases are expanded
 
     def refuse(self, mark: yaml.Mark | None, what: str, fix: str) -> UsageError:
         where = f"{self.filename}:{mark.line + 1}" if mark else self.filename
@@ -61,12 +64,20 @@ class _BoundedLoader(yaml.SafeLoader):
                 children = [child for pair in node.value for child in pair]
                 self.refuse_duplicate_keys(node)
             self.sizes[id(node)] = 1 + sum(self.sizes[id(child)] for child in children)
+            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            self.expanded[id(node)] = own + sum(self.expanded[id(c)] for c in children)
         self.path.pop()
         if self.sizes[id(node)] > MAX_VALUES:
             raise self.refuse(
                 event.start_mark,
                 f"more than {MAX_VALUES} values once its aliases are expanded",
                 "use fewer aliases (`*name`) or write the values out",
+            )
+        if self.expanded[id(node)] > MAX_EXPANDED:
+            raise self.refuse(
+                event.start_mark,
+                f"more than {MAX_EXPANDED // (1024 * 1024)} MiB once its aliases are expanded",
+                "use fewer aliases (`*name`) or keep large data out of the spec",
             )
         return node
 

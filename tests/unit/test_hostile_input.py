@@ -21,9 +21,17 @@ def _alias_bomb() -> bytes:
     return ("\n".join(rows) + "\n").encode()
 
 
+def _string_alias_bomb() -> bytes:
+    """A 208 KB file: one 100 KB string and 2000 aliases of it, 200 MB once expanded."""
+    aliases = ", ".join(["*x"] * 2000)
+    return (VALID + f'  args: [&x "{"a" * 100_000}", {aliases}]\n').encode()
+
+
 # (id, the file's bytes, where (`:LINE`), what the line says)
 CASES = [
     ("alias-bomb", _alias_bomb(), ":10", "more than 100000 values once its aliases are expanded"),
+    ("string-alias-bomb", _string_alias_bomb(), ":5",
+     "more than 8 MiB once its aliases are expanded"),
     ("deep-nesting", b"name: t\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", ":2",
      "nesting deeper than 64 levels"),
     ("binary", b"name: t\n\x89PNG\r\n\x1a\n\xff\xfe\x00", ":2", "not UTF-8 text (byte 0x89)"),
