@@ -209,3 +209,52 @@ def test_up_without_a_count_rents_the_count_the_task_asks_and_says_so(
     said = (f"gpujob: --up a100: {spec}:4: resources.accelerators L4:2 asks 2 GPUs per node; "
             "renting a100:2")  # fmt: skip
     assert said in result.stderr.splitlines(), result.stderr
+
+
+def _on_a_terminal(tmp_path: Path, *args: str) -> bytes:
+    """The real CLI with stdout and stderr on a pty, as a user at a terminal runs it."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "GPUJOB_STATE_DIR": str(tmp_path / "state"),
+           "GPUJOB_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    with subprocess.Popen([sys.executable, "-m", "launcher", *args], stdout=follower,
+                          stderr=follower, env=env, cwd=tmp_path) as proc:  # fmt: skip
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the pty's other end closed: the command is done
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=60)
+    os.close(leader)
+    return out
+
+
+def test_dry_run_on_a_terminal_shows_escapes_not_obeys_them(
+    gpujob: Callable, tmp_path: Path
+) -> None:
+    """A spec's `echo "\\e]52;..."` cannot set the clipboard while `submit --dry-run` shows
+    it on a terminal; through a pipe it is the spec's text as written."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text('name: t\nimage: host\nrun: "echo \\e]52;c;aGk=\\a"\n')
+    shown = _on_a_terminal(tmp_path, "submit", str(spec), "--dry-run")
+    assert b"]52;c;aGk=" in shown, shown
+    assert b"\x1b]52" not in shown and b"\x07" not in shown, shown
+    assert b"^[]52;c;aGk=^G" in shown, shown
+    piped = gpujob("submit", str(spec), "--dry-run")
+    assert "\x1b]52;c;aGk=\x07" in piped.stdout, piped.stdout
+
+
+def test_screen_lets_one_line_up_through_not_many() -> None:
+    from launcher.runtime.screen import terminal_safe
+
+    out, _ = terminal_safe(b"a\x1b[A\x1b[1Ab\x1b[5Ac\x1b[99A", final=True)
+    assert out == b"a\x1b[A\x1b[1Ab^[[5Ac^[[99A"
