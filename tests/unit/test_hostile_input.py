@@ -258,3 +258,38 @@ def test_screen_lets_one_line_up_through_not_many() -> None:
 
     out, _ = terminal_safe(b"a\x1b[A\x1b[1Ab\x1b[5Ac\x1b[99A", final=True)
     assert out == b"a\x1b[A\x1b[1Ab^[[5Ac^[[99A"
+
+
+def _ended_job(job_id: str, last_line: str) -> None:
+    import time
+
+    from launcher.state.db import JobRecord, StateDB
+
+    StateDB().add_job(JobRecord(
+        id=job_id, name="t", spec_path="/x/job.yaml", provider="local", runtime="bare",
+        hosts=["localhost"], node_dirs=["/x"], state="succeeded", exit_code=0,
+        created_at=time.time(), ended_at=time.time(), last_line=last_line,
+    ))  # fmt: skip
+
+
+def test_status_shows_a_jobs_escapes_on_a_terminal(gpujob: Callable, tmp_path: Path) -> None:
+    _ended_job("t-1", "done \x1b]52;c;aGk=\x07 \x1b[5A")
+    shown = _on_a_terminal(tmp_path, "status")
+    assert b"t-1" in shown, shown
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"done ^[]52;c;aGk=^G ^[[5A" in shown, shown
+
+
+def test_a_damaged_job_row_is_one_line_naming_db_and_job(gpujob: Callable) -> None:
+    import sqlite3
+
+    from launcher.state.db import StateDB
+
+    _ended_job("t-2", "done")
+    db = StateDB()
+    with sqlite3.connect(db.path) as conn:
+        conn.execute("UPDATE jobs SET hosts='{not json' WHERE id='t-2'")
+    result = gpujob("status")
+    assert result.exit_code == 1, result
+    assert result.stderr.startswith(f"gpujob: error: {db.path}: job t-2: its record cannot be")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
