@@ -37,8 +37,18 @@ _image_build_guard = threading.RLock()
 _image_builds = 0
 
 
+RESERVED = frozenset({"docker", "virbr", "lxcbr", "lxdbr", "podman", "cni", "br"})
+"""Names whose bridge (NAME0) is the machine's own (docker0 is dockerd's default network):
+a lab of that name would take it over, and its `down` would delete it."""
+
+
 def check(name: str) -> str:
     """`name` if it can name a lab; a one-line error saying what a name may be otherwise."""
+    if name in RESERVED:
+        from infra.lab.state import LabError
+
+        raise LabError(f"lab name {name!r}: its bridge {name}0 is the machine's own",
+                       "pick another name, e.g. `gpujob lab up --name demo2`")  # fmt: skip
     if not _NAME.fullmatch(name):
         from infra.lab.state import LabError
 

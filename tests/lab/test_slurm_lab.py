@@ -78,7 +78,7 @@ def leftovers(records: list[dict], namespaces: dict[str, str]) -> list[str]:
     found = [f"pid {r['pid']} {' '.join(r['argv'][-4:])}" for r in records if state.alive(r)]
     found += [f"netns {name}" for name in slurm.host_names() if network.netns_exists(name)]
     found += in_host_namespaces(namespaces)
-    ours = str(state.lab_dir())  # every daemon of this lab's cluster names a file in it
+    ours = f"{state.lab_dir()}/"  # every daemon of this lab's cluster names a file in it
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()

@@ -49,10 +49,11 @@ def leftovers(lab_dir: Path, recorded: list[dict], hosts: list[str]) -> list[str
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(lab_dir) in argv and int(pid) != os.getpid():
+        if f"{lab_dir}/" in argv and int(pid) != os.getpid():  # "/": not gjt1o2's for gjt1
             found.append(f"process {pid}: {argv[:120]}")
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    found += [f"mount {line.split()[4]}" for line in mounts if str(lab_dir) in line.split()[4]]
+    found += [f"mount {line.split()[4]}" for line in mounts
+              if f"{line.split()[4]}/".startswith(f"{lab_dir}/")]  # fmt: skip
     label = f"label=gpujob.lab={naming.name()}"
     containers = subprocess.run(
         ["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True

@@ -90,3 +90,11 @@ def test_lab_up_dry_run_of_a_named_lab_names_its_own_parts(lab_named, gpujob) ->
     assert "would: bridge demo20 (a /24 of 10.77.0.0/16)" in result.stderr
     assert "ip netns add demo2-h1" in result.stderr
     assert "gjlab" not in result.stderr
+
+
+def test_a_name_whose_bridge_is_the_machines_own_is_refused(lab_named, gpujob) -> None:
+    """`--name docker` would make docker0 the lab's bridge, and `lab down` would delete it."""
+    lab_named(None)
+    result = gpujob("lab", "down", "--name", "docker", "--dry-run")
+    assert result.exit_code == 2, result.stderr
+    assert "docker0 is the machine's own" in result.stderr
