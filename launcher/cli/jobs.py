@@ -182,7 +182,9 @@ def status(as_json: bool, limit: int) -> None:
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
     if any(row.get("recovery") for row in rows):
         columns = (*columns[:-1], "recovery", columns[-1])
-    click.echo(table(for_table(rows), columns))
+    from launcher.say import shown
+
+    click.echo(shown(table(for_table(rows), columns)))
 
 
 @click.command()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.plan.recovery import Policy
-from launcher.say import say
+from launcher.say import say, shown
 from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def launch(
                                           max_price=_max_price(request, job.loaded))  # fmt: skip
         submission = target.dryrun(job, request)
         if request.dry_run:
-            sys.stdout.write(submission.text(request.as_json))
+            sys.stdout.write(shown(submission.text(request.as_json)))
             submission.close()
             return None
         started = target.submit(submission, before_start)

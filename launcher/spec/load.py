@@ -156,8 +156,18 @@ def _apply_profile(
     data: dict[str, Any], profile: Any, origins: dict[Path_, str], filename: str
 ) -> dict[str, Any]:
     profiles = data.get("profiles") or {}
-    if not isinstance(profiles, dict) or profile not in profiles:
-        known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) else ""
+    if (
+        not isinstance(profile, str)
+        or not isinstance(profiles, dict)
+        or any(not isinstance(name, str) for name in profiles)
+    ):
+        raise UsageError(
+            f"{_origin_of(origins, ('profile',), filename)}: profile: give a profile's name, "
+            "and `profiles:` as a mapping of names to overrides",
+            "profiles:\n  big: {nodes: 4}\nprofile: big",
+        )
+    if profile not in profiles:
+        known = ", ".join(sorted(profiles))
         raise UsageError(
             f"{_origin_of(origins, ('profile',), filename)}: profile: no profile `{profile}` "
             f"in {filename}",

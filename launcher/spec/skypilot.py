@@ -265,6 +265,9 @@ def _envs(reader: _Reader, environ: Mapping[str, str], given: Collection[str]) -
     out = {}
     for name, value in envs.items():
         with reader.collect():
+            if not isinstance(name, str):
+                raise reader.refuse(("envs", name), f"`{name}` is not a variable name",
+                                    "write NAME: value")  # fmt: skip
             reserved = reserved_env(str(name))
             if reserved:
                 raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
