@@ -20,8 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFINITIONS = REPO / "launcher" / "images" / "definitions"
 GPUJOB = str(REPO / ".venv" / "bin" / "gpujob")
-NAME = "gjlab-bench"
-LOCK = Path("/tmp/gpujob-lab.lock")
+NAME = "bench"  # with the lab's prefix: gjlab-bench in the default lab
 
 
 @dataclass(frozen=True)
@@ -69,11 +68,11 @@ class BenchHost:
 def bench_host() -> Iterator[BenchHost]:
     sys.path.insert(0, str(REPO))
     import infra.lab
-    from infra.lab import job_image, registry, state
+    from infra.lab import job_image, naming, registry, state
 
     if not state.alive(state.read_state()["daemons"].get("registry")):
         sys.exit("the lab is not up: `gpujob lab up --hosts 0` first")
-    with LOCK.open("a") as lock:
+    with naming.session_lock().open("a") as lock:  # the lab tests': one user at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         ref = job_image.build(report=lambda line: print(f"lab: {line}", file=sys.stderr))
         host = infra.lab.create_host(NAME, docker=True)
@@ -92,7 +91,7 @@ def bench_host() -> Iterator[BenchHost]:
                     os.environ,
                     GPUJOB_STATE_DIR=str(folder / "state"),
                     GPUJOB_HOSTS_FILE=str(folder / "hosts.yaml"),
-                    GPUJOB_REGISTRY=registry.ADDRESS,
+                    GPUJOB_REGISTRY=registry.address(),
                     GPUJOB_IMAGE_REPO="gpujob-lab/job",
                 )
                 try:

@@ -170,7 +170,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     rounds = parser.parse_args().rounds
-    with Path("/tmp/gpujob-lab.lock").open("a") as lock:  # the lab tests': one user at a time
+    sys.path.insert(0, str(REPO))
+    from infra.lab import naming
+
+    with naming.session_lock().open("a") as lock:  # the lab tests': one user at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         run(rounds)
 
@@ -198,7 +201,7 @@ def run(rounds: int) -> None:
                GPUJOB_HOSTS_FILE=str(scratch / "hosts.yaml"),
                GPUJOB_SSH_KEY=str(infra.lab.user_key()), GPUJOB_POLL_S="0.5",
                GPUJOB_LAMBDA_SSH_USER="root", LAMBDA_API_KEY=LAMBDA_API_KEY,
-               GPUJOB_LAMBDA_API_URL=fake.url, GPUJOB_REGISTRY=registry.ADDRESS,
+               GPUJOB_LAMBDA_API_URL=fake.url, GPUJOB_REGISTRY=registry.address(),
                GPUJOB_IMAGE_REPO="gpujob-lab/job", GJ_LAB_KEY=s3.ACCESS_KEY,
                GJ_LAB_SECRET=s3.SECRET_KEY)  # fmt: skip
     results = []

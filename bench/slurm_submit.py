@@ -23,7 +23,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GPUJOB = str(REPO / ".venv" / "bin" / "gpujob")
-LOCK = Path("/tmp/gpujob-lab.lock")
 
 
 def login_ssh(cluster, command: str) -> subprocess.CompletedProcess:
@@ -84,9 +83,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     rounds = parser.parse_args().rounds
     sys.path.insert(0, str(REPO))
-    from infra.lab import slurm, user_key
+    from infra.lab import naming, slurm, user_key
 
-    with LOCK.open("a") as lock:
+    with naming.session_lock().open("a") as lock:  # the lab tests': one user at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         started = slurm.cluster() is None
         cluster = slurm.up()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+RAY_LOCK = Path("/tmp/gpujob-ray.lock")
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,24 @@ def gpujob(
         return Result(code, out, err)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def ray_tmpdir() -> Iterator[Path]:
+    """This session's Ray temp dir (RAY_TMPDIR for the jobs it starts), so its Ray never
+    reads another's /tmp/ray (`ray_current_cluster`, `session_latest`). Short, under /tmp:
+    Ray's unix sockets live beneath it and a socket path stops at 107 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="gjray-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def one_ray_on_the_machine(ray_tmpdir: Path) -> Iterator[Path]:
+    """For a test that starts Ray on this machine or a lab host: waits for the machine's Ray
+    lock. A Ray job's run script ends with `ray stop`, which stops every Ray process it can
+    see: another test session's, or a lab host container's, that happened to run then. So
+    Ray tests of every session take turns; each has its own temp dir and ports besides."""
+    with RAY_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield ray_tmpdir

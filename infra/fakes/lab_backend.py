@@ -78,7 +78,8 @@ class LabBackend:
     def launch_vm(self, instance_id: str, ssh_public_key: str) -> tuple[str, int]:
         with self._lock:
             taken = set(state.read_state()["hosts"]) | {r["host"] for r in self.records.values()}
-            name = next(f"gjlab-l{n}" for n in range(1, 10000) if f"gjlab-l{n}" not in taken)
+            name = next(hosts.host_name(f"l{n}") for n in range(1, 10000)
+                        if hosts.host_name(f"l{n}") not in taken)  # fmt: skip
             self._record(instance_id, kind="vm", host=name, keys=ssh_public_key)
             self._reuse_address(name)
         host = hosts.create_host(name, docker=True)
@@ -131,7 +132,7 @@ class LabBackend:
         machine_id: int = 1,
         args: list[str] | None = None,
     ) -> tuple[str, int]:
-        name, container = f"gjlab-v{machine_id}", f"gjvast-{instance_id}"
+        name, container = hosts.host_name(f"v{machine_id}"), f"gjvast-{instance_id}"
         with self._lock:
             used = {r.get("port") for r in self.records.values() if r["host"] == name}
             port = next(p for p in range(FIRST_PORT, FIRST_PORT + 100) if p not in used)

@@ -5,7 +5,9 @@
 (forwards.py); `down` removes all of it by the records in the lab folder; `env_vars` says
 how to reach it. Both take `dry_run`: the steps are values
 (title, literal commands, action), printed by a dry run and carried out by a real one.
-Modules: state (records, lock, daemons), network (bridge, veths), boot (sshd and dockerd
+Which lab (bridge, subnet, host prefix, folder) comes from one setting, the lab's name
+(`GPUJOB_LAB_NAME`, default `gjlab`: see naming), so labs of several names share a machine.
+Modules: naming, state (records, lock, daemons), network (bridge, veths), boot (sshd and dockerd
 in a host's namespaces), hosts (the public host API), registry, s3, base_image, job_image,
 slurm (+ slurm_conf: a SLURM cluster on lab hosts, `up(slurm_cluster=True)`).
 Standard library only at import time; boto3 and docker are imported where used.
@@ -20,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from infra.lab import base_image, boot, forwards, network, registry, s3, slurm, state
+from infra.lab import base_image, boot, forwards, naming, network, registry, s3, slurm, state
 from infra.lab.hosts import (
     LabHost,
     create_host,
     destroy_host,
+    host_name,
     kill_host_processes,
     known_hosts_path,
     lab_dir,
@@ -33,12 +36,16 @@ from infra.lab.hosts import (
 )
 
 __all__ = [
-    "LabHost", "create_host", "destroy_host", "down", "env_vars", "kill_host_processes",
-    "lab_dir", "list_hosts", "up", "user_key",
+    "LabHost", "create_host", "destroy_host", "down", "env_vars", "host_name",
+    "kill_host_processes", "lab_dir", "list_hosts", "up", "user_key",
 ]  # fmt: skip
 
 Report = Callable[[str], None]
-CONTAINER_LABEL = "gpujob.lab"
+
+
+def container_label() -> str:
+    """What the lab's containers on the machine's dockerd carry: `down` removes those only."""
+    return f"gpujob.lab={naming.name()}"
 
 
 @dataclass(frozen=True)
@@ -56,29 +63,33 @@ def up(
     """Start whatever part of the lab is not running; a second call changes nothing."""
     if not dry_run:
         _require_root()
+    net = naming.subnet()
+    where = f"{net.network_address + 1}/{net.prefixlen}" if net else f"a /24 of {naming.LAB_RANGE}"
     steps = [
-        Step("bridge gjlab0 (10.77.0.1/24) and its FORWARD accept rule", network.ensure_bridge,
-             network.bridge_argv()),
-        Step(f"registry on {registry.ADDRESS} (and 127.0.0.1:5000 for the machine's dockerd)",
-             _start_registry, [registry.registry_argv(), registry.forward_argv()]),
+        Step(f"bridge {naming.bridge()} ({where}) and its FORWARD accept rule",
+             network.ensure_bridge, network.bridge_argv()),
+        Step("registry on the bridge, port 5000 (and a loopback forward for the machine's "
+             "dockerd)", _start_registry,
+             [registry.registry_argv(), registry.forward_argv()] if net else []),
         Step("S3 (moto) on loopback, forwarded to the bridge", _start_s3,
-             [s3.server_argv("PORT"), s3.forward_argv("PORT")]),
+             [s3.server_argv("PORT"), *([s3.forward_argv("PORT")] if net else [])]),
         Step(f"base image {base_image.TAG}", lambda: base_image.build(report),
              [] if base_image.exists() else [base_image.debootstrap_argv(Path("ROOTFS"))]),
         Step(f"push {base_image.TAG} to the registry", lambda: base_image.publish(report)),
     ]  # fmt: skip
     for i in range(1, hosts + 1):
-        name = f"gjlab-h{i}"
+        name = host_name(f"h{i}")
         steps.append(Step(
             f"host {name} (sshd, dockerd)", lambda name=name: create_host(name, docker=True),
-            [*network.host_argv(name, "10.77.0.N"), boot.sshd_argv(name),
-             boot.dockerd_argv(name, "SSHD_PID")],
+            [*network.host_argv(name, "ADDRESS"), boot.sshd_argv(name),
+             *([boot.dockerd_argv(name, "SSHD_PID")] if net else [])],
         ))  # fmt: skip
     steps.append(Step("provider API fakes (infra.fakes), forwarded to the bridge for the hosts",
-                      lambda: _start_fakes(report), [forwards.forward_argv("PORT")]))  # fmt: skip
+                      lambda: _start_fakes(report),
+                      [forwards.forward_argv("PORT")] if net else []))  # fmt: skip
     if slurm_cluster:
-        steps.append(Step(f"SLURM cluster (munged, {slurm.CONTROLLER}, "
-                          f"{' '.join(slurm.NODES)}, login host {slurm.LOGIN})",
+        steps.append(Step(f"SLURM cluster (munged, {slurm.controller()}, "
+                          f"{' '.join(slurm.nodes())}, login host {slurm.login()})",
                           slurm.up, slurm.dry_run_commands()))  # fmt: skip
     _carry_out(steps, dry_run, report)
 
@@ -90,10 +101,11 @@ def down(*, dry_run: bool = False, report: Report = print) -> None:
     lab = state.read_state()
     names = sorted(set(lab["hosts"]) | set(network.lab_namespaces()))
     steps = [Step("provider API fakes and their forwards", lambda: _stop_fakes(report))]
-    if "slurm" in lab or set(slurm.HOSTS) & set(names) or slurm.layout().root.exists():
+    cluster_hosts = slurm.host_names()
+    if "slurm" in lab or set(cluster_hosts) & set(names) or slurm.layout().root.exists():
         steps.append(Step("SLURM cluster: slurmd, slurmctld, munged, its hosts and folder",
                           slurm.down, slurm.down_commands()))  # fmt: skip
-        names = [name for name in names if name not in slurm.HOSTS]
+        names = [name for name in names if name not in cluster_hosts]
     steps += [
         Step(f"host {name}", lambda name=name: destroy_host(name),
              [["kill", "-KILL", "<every pid in netns " + name + ">"], ["ip", "netns", "del", name],
@@ -101,12 +113,13 @@ def down(*, dry_run: bool = False, report: Report = print) -> None:
         for name in names
     ]  # fmt: skip
     steps += [
-        Step("containers labelled gpujob.lab on the machine's dockerd", _remove_containers,
-             [["docker", "rm", "-f", f"<docker ps -aq --filter label={CONTAINER_LABEL}>"]]),
+        Step(f"containers labelled {container_label()} on the machine's dockerd",
+             _remove_containers,
+             [["docker", "rm", "-f", f"<docker ps -aq --filter label={container_label()}>"]]),
         Step("S3 and registry daemons", _stop_daemons,
              [["kill", str(rec["pid"])] for rec in lab["daemons"].values()]),
-        Step("bridge gjlab0 and its FORWARD rule", network.remove_bridge,
-             [["iptables", "-D", *network.FORWARD_RULE], ["ip", "link", "del", state.BRIDGE]]),
+        Step(f"bridge {naming.bridge()} and its FORWARD rule", network.remove_bridge,
+             [["iptables", "-D", *network.forward_rule()], ["ip", "link", "del", naming.bridge()]]),
     ]  # fmt: skip
     _carry_out(steps, dry_run, report, keep_going=True)
 
@@ -115,15 +128,16 @@ def env_vars() -> dict[str, str]:
     """Variables that point gpujob and its tests at the running lab (parts not up are left out)."""
     lab = state.read_state()
     env = {
+        naming.VARIABLE: naming.name(),
         "GPUJOB_LAB_DIR": str(lab_dir()),
         "GPUJOB_LAB_SSH_KEY": str(user_key()),
         "GPUJOB_LAB_KNOWN_HOSTS": str(known_hosts_path()),
         "GPUJOB_LAB_HOSTS": ",".join(f"{h.name}={h.address}" for h in list_hosts()),
     }
     if state.alive(lab["daemons"].get("registry")):
-        env["GPUJOB_LAB_REGISTRY"] = registry.ADDRESS
+        env["GPUJOB_LAB_REGISTRY"] = registry.address()
         env["GPUJOB_LAB_REGISTRY_PUSH"] = registry.push_address()
-        env["GPUJOB_LAB_BASE_IMAGE"] = f"{registry.ADDRESS}/{base_image.TAG}"
+        env["GPUJOB_LAB_BASE_IMAGE"] = f"{registry.address()}/{base_image.TAG}"
     if state.alive(lab["daemons"].get("s3")):
         env["GPUJOB_LAB_S3_ENDPOINT"] = s3.endpoint()
         env["GPUJOB_LAB_S3_HOST_ENDPOINT"] = s3.endpoint(for_hosts=True)
@@ -186,7 +200,7 @@ def _stop_daemons() -> None:
 
 def _remove_containers() -> None:
     listed = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={CONTAINER_LABEL}"],
+        ["docker", "ps", "-aq", "--filter", f"label={container_label()}"],
         capture_output=True, text=True,
     )  # fmt: skip
     ids = listed.stdout.split() if listed.returncode == 0 else []

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.lab import registry, state
+from infra.lab import naming, registry, state
 
 TAG = "gpujob-lab/base:bookworm"
 PACKAGES = [
@@ -36,10 +36,19 @@ def debootstrap_argv(root: Path) -> list[str]:
 
 
 def build(report: Callable[[str], None] = print) -> None:
-    """debootstrap into a scratch folder, then `tar | docker import`; skipped if the tag exists."""
+    """debootstrap into a scratch folder, then `tar | docker import`; skipped if the tag exists
+    (looked at again under the machine's image lock: another lab may be building it)."""
     if exists():
         report(f"base image {TAG} is cached")
         return
+    with naming.image_build_lock():
+        if exists():
+            report(f"base image {TAG} is cached (built by another lab meanwhile)")
+            return
+        _build(report)
+
+
+def _build(report: Callable[[str], None]) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="gjlab-rootfs-", dir="/var/tmp"))
     root = scratch / "root"
     try:

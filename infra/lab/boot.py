@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from infra.lab import network, state
+from infra.lab import image_store, naming, network, state
 from infra.lab.network import NETNS_DIR
 
 SSHD_CONFIG = """\
@@ -110,7 +110,7 @@ def dockerd_argv(name: str, sshd_pid: int | str) -> list[str]:
         "--data-root", str(root / "docker"), "--exec-root", str(root / "exec"),
         "--pidfile", str(root / "dockerd.pid"), "-H", f"unix://{docker_socket(name)}",
         "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
-        "--insecure-registry", f"{state.BRIDGE_ADDRESS}:5000",
+        "--insecure-registry", f"{naming.bridge_address()}:5000",
         "--cgroup-parent", name,
     ]  # fmt: skip
 
@@ -132,8 +132,8 @@ def _wire_report(name: str, address: str) -> str:
     missing address, a port off the bridge, a firewall rule or a starved machine apart."""
     probes = [
         ["ip", "-n", name, "-br", "addr"],
-        ["ip", "-br", "link", "show", "master", state.BRIDGE],
-        ["ip", "-br", "addr", "show", state.BRIDGE],
+        ["ip", "-br", "link", "show", "master", naming.bridge()],
+        ["ip", "-br", "addr", "show", naming.bridge()],
         ["ip", "netns", "exec", name, "ss", "-ltn"],
         ["iptables", "-S", "FORWARD"],
         ["ip", "neigh", "show", address],
@@ -164,6 +164,7 @@ def start_dockerd(name: str, sshd_pid: int) -> dict[str, Any]:
     # host is gone by now, so containerd's runtime state is only debris.
     (host_dir(name) / "dockerd.pid").unlink(missing_ok=True)
     shutil.rmtree(host_dir(name) / "exec" / "containerd", ignore_errors=True)
+    image_store.seed(host_dir(name) / "docker")  # a fresh host starts with the lab's images
     rec = state.spawn(dockerd_argv(name, sshd_pid), log)
     state.wait_until(
         lambda: docker_answers(sock), f"dockerd of {name}", timeout=60, log=log, daemon=rec

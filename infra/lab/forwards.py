@@ -2,7 +2,8 @@
 
 The fakes listen on this machine's loopback only; a host's loopback is its own. A host that
 calls the cloud API itself (autostop ends its own instance) reaches the fake at
-http://10.77.0.1:PORT, forwarded to 127.0.0.1:PORT, as s3.py does for moto. `gpujob lab up`
+http://BRIDGE:PORT (10.77.0.1 for the default lab), forwarded to 127.0.0.1:PORT, as s3.py
+does for moto. `gpujob lab up`
 starts one per fake (recorded with the lab's daemons, so `lab down` stops them); a test with
 its own in-process fakes takes `forwarded(url)` for the time it runs.
 """
@@ -14,7 +15,7 @@ import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from infra.lab import state
+from infra.lab import naming, state
 
 HOST_VARIABLES = {"GPUJOB_LAMBDA_API_URL": "GPUJOB_LAMBDA_HOST_API_URL",
                   "GPUJOB_VAST_API_URL": "GPUJOB_VAST_HOST_API_URL"}  # fmt: skip
@@ -23,7 +24,7 @@ HOST_VARIABLES = {"GPUJOB_LAMBDA_API_URL": "GPUJOB_LAMBDA_HOST_API_URL",
 
 def forward_argv(port: int | str) -> list[str]:
     return [
-        "socat", f"TCP-LISTEN:{port},bind={state.BRIDGE_ADDRESS},reuseaddr,fork",
+        "socat", f"TCP-LISTEN:{port},bind={naming.bridge_address()},reuseaddr,fork",
         f"TCP:127.0.0.1:{port}",
     ]  # fmt: skip
 
@@ -31,7 +32,7 @@ def forward_argv(port: int | str) -> list[str]:
 def host_url(url: str) -> str:
     """`http://127.0.0.1:P/api/v1` as a host reaches it: `http://10.77.0.1:P/api/v1`."""
     parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=f"{state.BRIDGE_ADDRESS}:{parts.port}"))
+    return urlunsplit(parts._replace(netloc=f"{naming.bridge_address()}:{parts.port}"))
 
 
 def start(url: str, name: str) -> dict:
@@ -74,7 +75,7 @@ def forwarded(url: str) -> Iterator[str]:
 
 def _accepts(port: int | None) -> bool:
     try:
-        with socket.create_connection((state.BRIDGE_ADDRESS, int(port or 0)), timeout=1):
+        with socket.create_connection((naming.bridge_address(), int(port or 0)), timeout=1):
             return True
     except OSError:
         return False

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.lab import boot, network, state
-from infra.lab.state import HOST_PREFIX, lab_dir
+from infra.lab import boot, naming, network, state
+from infra.lab.state import lab_dir
 
 __all__ = [
     "LabHost", "create_host", "destroy_host", "kill_host_processes", "lab_dir", "list_hosts",
@@ -62,8 +62,9 @@ def known_hosts_path() -> Path:
 
 
 def host_name(name: str) -> str:
-    """Every host's namespace carries the lab prefix, so `down` can find strays by name."""
-    return name if name.startswith(HOST_PREFIX) else HOST_PREFIX + name
+    """Every host's namespace carries the lab's prefix, so `down` can find strays by name."""
+    prefix = naming.host_prefix()
+    return name if name.startswith(prefix) else prefix + name
 
 
 def create_host(name: str, *, docker: bool = False) -> LabHost:
@@ -71,12 +72,12 @@ def create_host(name: str, *, docker: bool = False) -> LabHost:
     name = host_name(name)
     public_key = Path(f"{user_key()}.pub")
     with state.locked_state() as lab:
+        network.ensure_bridge()  # first: a lab's first bridge claims its subnet
         rec = lab["hosts"].get(name)
-        if rec is None:
+        if rec is None or not _in_subnet(rec["address"]):  # a record of an older subnet
             rec = {"address": _free_address(lab), "docker": docker}
             lab["hosts"][name] = rec
         rec["docker"] = rec["docker"] or docker
-        network.ensure_bridge()
         if not network.netns_exists(name):
             network.add_host(name, rec["address"])
         boot.prepare(name, rec["address"], public_key, rec["docker"])
@@ -147,13 +148,15 @@ def _kill_all(name: str) -> None:
 
 
 def _free_address(lab: dict[str, Any]) -> str:
-    """The next free address after the last one given, round the /24: an address freed a
+    """The next free address after the last one given, round the lab's /24: an address freed a
     moment ago is not handed out again at once, because the machine and the other hosts
     still hold its old MAC in their neighbour tables (connects then fail until those expire,
     as they would on a real LAN where an IP moved to a new NIC without a gratuitous ARP)."""
     used = {rec["address"] for rec in lab["hosts"].values()}
-    network_ = ipaddress.ip_network(f"{state.BRIDGE_ADDRESS}/{state.PREFIX_LEN}", strict=False)
-    pool = [str(a) for a in network_.hosts() if str(a) != state.BRIDGE_ADDRESS]
+    network_ = naming.subnet()
+    bridge = naming.bridge_address()
+    assert network_ is not None  # the bridge is made first
+    pool = [str(a) for a in network_.hosts() if str(a) != bridge]
     last = lab.get("last_address")
     start = pool.index(last) + 1 if last in pool else 0
     for address in pool[start:] + pool[:start]:
@@ -161,6 +164,10 @@ def _free_address(lab: dict[str, Any]) -> str:
             lab["last_address"] = address
             return address
     raise state.LabError("lab: no free address left on the lab bridge")
+
+
+def _in_subnet(address: str) -> bool:
+    return ipaddress.ip_address(address) in (naming.subnet() or naming.DEFAULT_SUBNET)
 
 
 def _lab_host(name: str, rec: dict[str, Any]) -> LabHost:

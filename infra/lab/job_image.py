@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.lab import base_image, registry, state
+from infra.lab import base_image, naming, registry, state
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml"
@@ -69,14 +69,18 @@ def build_once(tag: str, key: str, fill: Callable[[Path], None],
     if built_hash(tag) == key:
         report(f"job image {tag} is cached")
         return
-    context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
-    try:
-        fill(context)
-        report(f"job image {tag}: docker build (offline install) ...")
-        state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={key}",
-                   "--label", "gpujob.lab=job", "-t", tag, str(context)])  # fmt: skip
-    finally:
-        shutil.rmtree(context, ignore_errors=True)
+    with naming.image_build_lock():  # a second lab waits, then finds it built
+        if built_hash(tag) == key:
+            report(f"job image {tag} is cached (built by another lab meanwhile)")
+            return
+        context = Path(tempfile.mkdtemp(prefix="gjlab-job-", dir=state.lab_dir()))
+        try:
+            fill(context)
+            report(f"job image {tag}: docker build (offline install) ...")
+            state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={key}",
+                       "--label", "gpujob.lab=job", "-t", tag, str(context)])  # fmt: skip
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
 
 
 def build(report: Callable[[str], None] = print) -> str:

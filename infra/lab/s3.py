@@ -1,7 +1,8 @@
 """The lab's S3: `moto_server` on loopback, plus a forward on the bridge for the hosts.
 
 The machine talks to http://127.0.0.1:PORT; lab hosts, whose loopback is their own, reach
-the same server at http://10.77.0.1:PORT through a `socat` forward. Both are plain http, so
+the same server at the bridge's address (http://10.77.0.1:PORT for the default lab) through
+a `socat` forward. Both are plain http, so
 rclone must run without `AWS_CA_BUNDLE` (rclone 1.60 fails every S3 call while it is set,
 even for http): `rclone_env()` gives the remote's variables and `without_ca_bundle()` the
 environment to run it in.
@@ -18,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from infra.lab import state
+from infra.lab import naming, state
 
 ACCESS_KEY = "gjlab-access-key"
 SECRET_KEY = "gjlab-secret-key"
@@ -33,7 +34,7 @@ def server_argv(port: int | str) -> list[str]:
 
 def forward_argv(port: int | str) -> list[str]:
     return [
-        "socat", f"TCP-LISTEN:{port},bind={state.BRIDGE_ADDRESS},reuseaddr,fork",
+        "socat", f"TCP-LISTEN:{port},bind={naming.bridge_address()},reuseaddr,fork",
         f"TCP:127.0.0.1:{port}",
     ]  # fmt: skip
 
@@ -51,7 +52,7 @@ def start(daemons: dict[str, Any], *, bridge: bool = True) -> None:
     if bridge and not state.alive(daemons.get("s3-forward")):
         log = folder / "forward.log"
         daemons["s3-forward"] = state.spawn(forward_argv(rec["port"]), log)
-        state.wait_until(lambda: _answers(rec["port"], state.BRIDGE_ADDRESS), "S3 forward",
+        state.wait_until(lambda: _answers(rec["port"], naming.bridge_address()), "S3 forward",
                          timeout=10, log=log)  # fmt: skip
 
 
@@ -65,7 +66,7 @@ def endpoint(*, for_hosts: bool = False) -> str:
     rec = state.read_state()["daemons"].get("s3")
     if not state.alive(rec):
         raise state.LabError("lab: S3 is not running; start it with `gpujob lab up`")
-    host = state.BRIDGE_ADDRESS if for_hosts else "127.0.0.1"
+    host = naming.bridge_address() if for_hosts else "127.0.0.1"
     return f"http://{host}:{rec['port']}"
 
 
@@ -117,13 +118,14 @@ def without_ca_bundle(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def _free_port() -> int:
     """A port free on loopback and on the bridge address, since both will listen on it."""
+    bridge = naming.bridge_address() if naming.subnet() else "127.0.0.1"  # no bridge yet
     for _ in range(50):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         try:
             with socket.socket() as probe:
-                probe.bind((state.BRIDGE_ADDRESS, port))
+                probe.bind((bridge, port))
         except OSError as err:
             if (
                 err.errno == errno.EADDRNOTAVAIL

@@ -4,7 +4,8 @@ Each SLURM machine is a lab host (infra.lab.hosts: its own network namespace on 
 bridge, sshd, private /root and /tmp, its name as hostname and in its /etc/hosts), so the
 daemons run where a real cluster's would and `lab down` finds their namespaces by name:
 - `gjlab-slurmctld` runs slurmctld, `gjlab-slurm1`/`gjlab-slurm2` run slurmd (CPUs only),
-  `gjlab-login` runs nothing but sshd: users submit from there over SSH.
+  `gjlab-login` runs nothing but sshd: users submit from there over SSH (names with the
+  lab's prefix, `gjlab-` for the default lab).
 - munged runs once, in the machine's namespaces: its socket is a path under the lab folder,
   which every host sees (a unix socket is reached through the filesystem, not the network).
 - The lab's slurm `etc` folder is bound over /etc/slurm inside each host's own mount
@@ -28,14 +29,28 @@ from pathlib import Path
 from typing import Any
 
 from infra.lab import network, state
-from infra.lab.hosts import LabHost, create_host, destroy_host, list_hosts
+from infra.lab.hosts import LabHost, create_host, destroy_host, host_name, list_hosts
 from infra.lab.network import NETNS_DIR
 from infra.lab.slurm_conf import CONTROLLER_PORT, PARTITIONS, SLURMD_PORT, Layout, render
 
-CONTROLLER = "gjlab-slurmctld"
-NODES = ("gjlab-slurm1", "gjlab-slurm2")
-LOGIN = "gjlab-login"
-HOSTS = (CONTROLLER, *NODES, LOGIN)
+
+def controller() -> str:
+    return host_name("slurmctld")
+
+
+def nodes() -> tuple[str, ...]:
+    return (host_name("slurm1"), host_name("slurm2"))
+
+
+def login() -> str:
+    return host_name("login")
+
+
+def host_names() -> tuple[str, ...]:
+    """The cluster's hosts, named with the lab's prefix (`gjlab-slurm1`, ... by default)."""
+    return (controller(), *nodes(), login())
+
+
 TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol")
 START_TIMEOUT = 60
 
@@ -74,14 +89,14 @@ def up() -> SlurmCluster:
             f"lab: SLURM needs {', '.join(absent)}", "run `bash infra/install-deps.sh`"
         )
     paths = layout()
-    hosts = {name: create_host(name) for name in HOSTS}
+    hosts = {name: create_host(name) for name in host_names()}
     _prepare_files(paths, hosts)
     with state.locked_state() as lab:
         rec = lab.setdefault("slurm", {})
-        rec["hosts"] = list(HOSTS)
+        rec["hosts"] = list(host_names())
         rec["shared"] = str(paths.shared)
         rec["conf"] = str(paths.conf)
-        for name in HOSTS:
+        for name in host_names():
             _bind_etc(lab["hosts"][name]["sshd"]["pid"], paths)
         # Each daemon is recorded before its readiness wait: one that is slow, not dead,
         # when the wait gives up still has its pid in the state for `down` (munged runs in
@@ -89,20 +104,20 @@ def up() -> SlurmCluster:
         if not state.alive(rec.get("munged")):
             rec["munged"] = _spawn_munged(paths)
             _wait_for_munged(paths, rec["munged"])
-        ctld_pid = lab["hosts"][CONTROLLER]["sshd"]["pid"]
+        ctld_pid = lab["hosts"][controller()]["sshd"]["pid"]
         if not state.alive(rec.get("slurmctld")):
             rec["slurmctld"] = _spawn_slurmctld(paths, ctld_pid)
-            _wait_for_slurmctld(paths, rec["slurmctld"], hosts[CONTROLLER].address)
+            _wait_for_slurmctld(paths, rec["slurmctld"], hosts[controller()].address)
         slurmds = rec.setdefault("slurmd", {})
-        for node in NODES:
+        for node in nodes():
             if not state.alive(slurmds.get(node)):
                 slurmds[node] = state.spawn(
                     slurmd_argv(node, lab["hosts"][node]["sshd"]["pid"], paths),
                     paths.log / f"{node}.stdout",
                 )
         state.wait_until(
-            lambda: _idle_nodes(paths) == set(NODES) and all(
-                _listening(slurmds[node]["pid"], SLURMD_PORT) for node in NODES
+            lambda: _idle_nodes(paths) == set(nodes()) and all(
+                _listening(slurmds[node]["pid"], SLURMD_PORT) for node in nodes()
             ),
             "SLURM nodes idle in sinfo and their slurmd listening",
             timeout=START_TIMEOUT, log=paths.log / "slurmctld.log",
@@ -122,7 +137,7 @@ def down() -> None:
             state.stop(slurmd, timeout=10)
         state.stop(rec.get("slurmctld"), timeout=10)
         state.stop(rec.get("munged"), timeout=5)
-        names = set(rec.get("hosts", [])) | set(HOSTS)
+        names = set(rec.get("hosts", [])) | set(host_names())
     for name in sorted(names):
         if name in state.read_state()["hosts"] or network.netns_exists(name):
             destroy_host(name)
@@ -141,12 +156,12 @@ def cluster() -> SlurmCluster | None:
     if not rec or not state.alive(rec.get("slurmctld")):
         return None
     hosts = {h.name: h for h in list_hosts()}
-    if not all(name in hosts for name in HOSTS):
+    if not all(name in hosts for name in host_names()):
         return None
     return SlurmCluster(
-        login=hosts[LOGIN],
-        controller=(CONTROLLER, hosts[CONTROLLER].address),
-        nodes={node: hosts[node].address for node in NODES},
+        login=hosts[login()],
+        controller=(controller(), hosts[controller()].address),
+        nodes={node: hosts[node].address for node in nodes()},
         shared=Path(rec["shared"]),
         conf=Path(rec["conf"]),
         partitions=dict(PARTITIONS),
@@ -170,7 +185,7 @@ def _in_host(sshd_pid: int | str, name: str) -> list[str]:
 
 
 def slurmctld_argv(sshd_pid: int | str, paths: Layout) -> list[str]:
-    return [*_in_host(sshd_pid, CONTROLLER), "slurmctld", "-D", "-i", "-f", str(paths.conf)]
+    return [*_in_host(sshd_pid, controller()), "slurmctld", "-D", "-i", "-f", str(paths.conf)]
 
 
 def slurmd_argv(node: str, sshd_pid: int | str, paths: Layout) -> list[str]:
@@ -185,7 +200,7 @@ def dry_run_commands() -> list[list[str]]:
         munged_argv(paths),
         ["mount", "--bind", str(paths.etc), "/etc/slurm", "<in the mount namespace of each host>"],
         slurmctld_argv("SSHD_PID", paths),
-        *[slurmd_argv(node, "SSHD_PID", paths) for node in NODES],
+        *[slurmd_argv(node, "SSHD_PID", paths) for node in nodes()],
     ]
 
 
@@ -194,14 +209,14 @@ def down_commands() -> list[list[str]]:
     rec = state.read_state().get("slurm", {})
     daemons = [*rec.get("slurmd", {}).values(), rec.get("slurmctld"), rec.get("munged")]
     kills = [["kill", str(d["pid"])] for d in daemons if d]
-    hosts = [["ip", "netns", "del", name] for name in HOSTS]
+    hosts = [["ip", "netns", "del", name] for name in host_names()]
     return [*kills, *hosts, ["rm", "-rf", str(layout().root)]]
 
 
 def _prepare_files(paths: Layout, hosts: dict[str, LabHost]) -> None:
     for folder in (paths.etc, paths.state, paths.log, paths.run, paths.munge_run):
         folder.mkdir(parents=True, exist_ok=True)
-    for node in NODES:  # slurmd makes it, after complaining that it is not there
+    for node in nodes():  # slurmd makes it, after complaining that it is not there
         (paths.spool / node).mkdir(parents=True, exist_ok=True)
     paths.shared.mkdir(mode=0o777, exist_ok=True)
     paths.shared.chmod(0o1777)
@@ -215,8 +230,8 @@ def _prepare_files(paths: Layout, hosts: dict[str, LabHost]) -> None:
         made.replace(paths.munge_key)
     text = render(
         paths,
-        (CONTROLLER, hosts[CONTROLLER].address),
-        [(node, hosts[node].address) for node in NODES],
+        (controller(), hosts[controller()].address),
+        [(node, hosts[node].address) for node in nodes()],
     )
     if not paths.conf.exists() or paths.conf.read_text() != text:
         tmp = paths.conf.with_suffix(".tmp")

@@ -19,25 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from infra.lab.naming import lab_dir
 from launcher.errors import GpujobError
-
-BRIDGE = "gjlab0"
-BRIDGE_ADDRESS = "10.77.0.1"
-PREFIX_LEN = 24
-HOST_PREFIX = "gjlab-"
 
 _children: dict[int, subprocess.Popen] = {}
 
 
 class LabError(GpujobError):
     """The lab could not do something; the message carries the command's or daemon's words."""
-
-
-def lab_dir() -> Path:
-    """The lab's own folder; `GPUJOB_LAB_DIR` lets tests and demos keep labs apart on disk."""
-    path = Path(os.environ.get("GPUJOB_LAB_DIR", "/tmp/gpujob-lab"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @contextlib.contextmanager

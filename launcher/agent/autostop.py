@@ -147,10 +147,10 @@ class Watcher:
         while True:
             try:
                 return self.watch()
-            except Exception as err:
-                self.log(f"the watcher failed ({failure(err)}); watching again in {backoff:g} s")
+            except Exception as err:  # the state first: whoever reads the line finds it so
                 with contextlib.suppress(Exception):
                     self.publish(state="failed", last_error=failure(err)[:300])
+                self.log(f"the watcher failed ({failure(err)}); watching again in {backoff:g} s")
             self.pause(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
             self.reload = True

@@ -15,7 +15,9 @@ from launcher.cli.storage import storage, sync_ckpt
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks (for bug reports).")
-@click.version_option(package_name="gpujob")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _, asked: _version(ctx, asked),
+              help="Show the version and exit.")  # fmt: skip
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Run ML training jobs from a YAML spec on this machine or on rented GPU hosts.
@@ -26,6 +28,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Run it:       gpujob submit quickstart.yaml
     """
     ctx.obj = {"debug": debug}
+
+
+def _version(ctx: click.Context, asked: bool) -> None:
+    """The installed package's version, from its metadata (read only when asked); a source
+    tree run without installing (`python -m launcher`, as on the GPU machines) says so
+    instead of failing."""
+    if not asked or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("gpujob")
+    except PackageNotFoundError:
+        found = "(not installed: run from a source tree)"
+    click.echo(f"gpujob, version {found}")
+    ctx.exit()
 
 
 for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,

@@ -58,7 +58,8 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               "pulled onto node 0, verified, named by GPUJOB_RESUME_FROM.")  # fmt: skip
 @click.option("--env", "envs", multiple=True, metavar="NAME[=VALUE]",
               help="A variable for the job (SkyPilot's --env); NAME alone: from your "
-              "environment (a task's `NAME: null` then stays a secret).")  # fmt: skip
+              "environment. A name the task marks `null` or lists under `secrets:` stays a "
+              "secret (masked, never stored).")  # fmt: skip
 @click.option("--env-file", "env_files", multiple=True, metavar="FILE",
               help="Variables from a dotenv file (NAME=VALUE lines).")  # fmt: skip
 @click.option("--secret", "secrets", multiple=True, metavar="NAME[=VALUE]",
@@ -77,24 +78,24 @@ def submit(**kwargs: Any) -> None:
 
 
 def _env_flags(kwargs: dict[str, Any]) -> None:
-    """--env-file's lines join --env; --secret NAME=VALUE puts the value in this process's
-    environment (never on a later command line, in the job's record or a log), where the
-    launch and a recovery controller started from here read it, as for an exported one."""
-    import os
+    """--env-file's lines join --env; every VALUE given (--env NAME=VALUE, a file's line,
+    --secret NAME=VALUE) goes into spec/env_flags.FLAG_VALUES, private to this process (not
+    os.environ: gpujob's own keys stay its own), and the request keeps only names: no value
+    in the recovery request, on a later command line, in the job's record or a log."""
+    from launcher.spec.env_flags import FLAG_VALUES, env_name, read_env_file
 
-    from launcher.spec.env_flags import env_name, read_env_file
-
-    envs = [item for path in kwargs.pop("env_files") for item in read_env_file(path)]
-    for item in kwargs["envs"]:
-        env_name(item.partition("=")[0], "--env")
-        envs.append(item)
-    names = []
-    for item in kwargs["secrets"]:
-        name, sep, value = item.partition("=")
-        names.append(env_name(name, "--secret"))
-        if sep:
-            os.environ[name] = value
-    kwargs["envs"], kwargs["secrets"] = tuple(envs), tuple(names)
+    FLAG_VALUES.clear()  # this command's alone
+    items = [item for path in kwargs.pop("env_files") for item in read_env_file(path)]
+    lists: dict[str, list[str]] = {"envs": [], "secrets": []}
+    for flag, given in (("envs", [*items, *kwargs["envs"]]), ("secrets", kwargs["secrets"])):
+        for item in given:
+            name, sep, value = item.partition("=")
+            env_name(name, "--env" if flag == "envs" else "--secret")
+            if sep:
+                FLAG_VALUES[name] = value
+            if name not in lists[flag]:
+                lists[flag].append(name)
+    kwargs["envs"], kwargs["secrets"] = tuple(lists["envs"]), tuple(lists["secrets"])
 
 
 def provider_for(gpu: str, provider: str) -> str:
@@ -181,7 +182,9 @@ def status(as_json: bool, limit: int) -> None:
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
     if any(row.get("recovery") for row in rows):
         columns = (*columns[:-1], "recovery", columns[-1])
-    click.echo(table(for_table(rows), columns))
+    from launcher.say import shown
+
+    click.echo(shown(table(for_table(rows), columns)))
 
 
 @click.command()

@@ -45,12 +45,34 @@ def _lab_with_servers() -> ModuleType:
     return lab
 
 
+def _use_name(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
+    """`--name N` is `GPUJOB_LAB_NAME=N` for this command (and the daemons it starts)."""
+    import os
+
+    if value is not None:
+        lab = _lab()
+        try:
+            lab.naming.check(value)
+        except lab.state.LabError as bad:
+            raise UsageError(bad.message, bad.hint) from None
+        os.environ[lab.naming.VARIABLE] = value
+    return value
+
+
+NAME = click.option(
+    "--name", callback=_use_name, expose_value=False, is_eager=True,
+    help="Which lab: its bridge, subnet, host names and folder follow from it, so labs of "
+         "different names share a machine. Default: $GPUJOB_LAB_NAME, else gjlab.",
+)  # fmt: skip
+
+
 @click.group()
 def lab() -> None:
     """A GPU cloud on this machine made of real parts, for demos and tests (needs root)."""
 
 
 @lab.command("up")
+@NAME
 @click.option("--hosts", default=2, show_default=True, help="Static SSH hosts to start.")
 @click.option(
     "--slurm",
@@ -67,14 +89,16 @@ def lab_up(hosts: int, slurm: bool, dry_run: bool) -> None:
 
 
 @lab.command("down")
+@NAME
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
 def lab_down(dry_run: bool) -> None:
     """Stop the lab (SLURM cluster included) and remove every namespace, veth, daemon and
-    container it made."""
+    container it made, and nothing of another lab."""
     _lab().down(dry_run=dry_run, report=lambda text: click.echo(f"lab: {text}", err=True))
 
 
 @lab.command("env")
+@NAME
 def lab_env() -> None:
     """Print `export` lines that point gpujob at the running lab."""
     import shlex

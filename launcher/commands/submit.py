@@ -48,7 +48,7 @@ def _submit(request: LaunchRequest, rent: Rent | None) -> int:
         from launcher.storage.resume import find_resume
         from launcher.supervise.recover_steps import Checkpoint, pull_onto_head
 
-        found = find_resume(request.resume_path, request.spec_path, request.sets)
+        found = find_resume(request.resume_path, vars(request))
         say(f"resuming from {found.remote}/{found.name} (step {found.step}): pulled onto node "
             "0 before the start, verified")  # fmt: skip
         request = replace(request, resume_from=found.name)

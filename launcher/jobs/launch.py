@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.plan.recovery import Policy
-from launcher.say import say
+from launcher.say import say, shown
 from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def launch(
                                           max_price=_max_price(request, job.loaded))  # fmt: skip
         submission = target.dryrun(job, request)
         if request.dry_run:
-            sys.stdout.write(submission.text(request.as_json))
+            sys.stdout.write(shown(submission.text(request.as_json)))
             submission.close()
             return None
         started = target.submit(submission, before_start)
@@ -55,19 +55,20 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE
     from launcher.plan.build import JOB_ID, Sources
     from launcher.spec.image import load_image_definition
-    from launcher.spec.load import load_job_spec
+    from launcher.spec.load import load_requested
     from launcher.spec.shell_hazards import script_hazards
     from launcher.state.owner import user_name
 
-    loaded = load_job_spec(request.spec_path, request.sets, up=request.up,
-                           envs=tuple(request.envs), secrets=tuple(request.secrets))  # fmt: skip
+    loaded = load_requested(vars(request))
     spec = loaded.spec
     _say_translation(loaded, request.dry_run)
     if spec.resources.use_spot and not request.up:  # only a rental is ever interruptible
         where = "the --on hosts" if request.on else "this machine"
         say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
             f"effect without --up (nothing is rented); the job runs on {where}")  # fmt: skip
-    hazards = script_hazards(loaded)  # the script's batch arithmetic and merge, as written
+    hazards, doubts = script_hazards(loaded)  # the script's batch arithmetic and merge
+    for line in doubts:
+        say(f"warning: {line}")
     if hazards:
         raise ManyUsageErrors(hazards)
     policy = policy_for(request, loaded)  # refused before anything is rented
@@ -176,13 +177,15 @@ def _say_translation(loaded: LoadedSpec, dry_run: bool) -> None:
 
 
 def _secret_values(loaded: LoadedSpec) -> dict[str, str]:
-    values = {}
+    from launcher.spec.env_flags import flag_environ
+
+    environ, values = flag_environ(), {}
     for index, name in enumerate(loaded.spec.secrets):
-        if name not in os.environ:
+        if name not in environ:
             raise UsageError(
                 f"{loaded.where('secrets', index)}: secrets: {name} is not set in your environment",
                 f"export {name}=... before submitting (its value is never written to the spec,"
                 " a command line or a log)",
             )
-        values[name] = os.environ[name]
+        values[name] = environ[name]
     return values

@@ -152,7 +152,10 @@ def _run_lines(step: RunCommand, where: str = "") -> list[str]:
 
 
 def shell_word(word: str) -> str:
-    """One argv word as a shell takes it, the unknown home left outside the quotes."""
+    """One argv word as a shell takes it, the unknown home left outside the quotes; an empty
+    word stays a word (`''`)."""
+    if not word:
+        return "''"
     pieces = word.split(UNKNOWN_HOME)
     return HOME_SHOWN.join(shlex.quote(piece) if piece else "" for piece in pieces)
 
@@ -181,29 +184,36 @@ def _masked(content: str) -> str:
 KINDS: dict[type, str] = {WriteFile: "write", CopyFile: "copy", SyncDir: "sync", RunCommand: "run"}
 
 
-def plan_json(plan: Plan) -> str:
-    """The Plan's fields as they are (argv as lists of words), the unknown home as `<home>`;
-    `starts_in_batch` says whether the start ends the node's one batch."""
+def as_json(value: Any) -> Any:
+    """A Plan or any of its parts as the dry run's JSON shows it: fields as they are (argv
+    as lists of words), the unknown home as `<home>`, secrets' values `***`. The executor's
+    trace of the steps it ran (runtime/trace.py) uses it too, so the two compare as equals."""
+    if isinstance(value, SecretInput):
+        return {"names": list(value.names), "content": MASK, "on": "stdin"}
+    if isinstance(value, WriteFile) and value.secret:
+        return {**dataclasses.asdict(value), "path": shown(value.path),
+                "content": _masked(value.content), "kind": "write"}  # fmt: skip
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if type(value) in KINDS:
+            data["kind"] = KINDS[type(value)]
+        return data
+    if isinstance(value, tuple | list):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: as_json(item) for key, item in value.items()}
+    return shown(value) if isinstance(value, str) else value
 
-    def convert(value: Any) -> Any:
-        if isinstance(value, SecretInput):
-            return {"names": list(value.names), "content": MASK, "on": "stdin"}
-        if isinstance(value, WriteFile) and value.secret:
-            return {**dataclasses.asdict(value), "path": shown(value.path),
-                    "content": _masked(value.content), "kind": "write"}  # fmt: skip
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            data = {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
-            if type(value) in KINDS:
-                data["kind"] = KINDS[type(value)]
-            return data
-        if isinstance(value, tuple | list):
-            return [convert(item) for item in value]
-        if isinstance(value, dict):
-            return {key: convert(item) for key, item in value.items()}
-        return shown(value) if isinstance(value, str) else value
 
-    data = convert(plan)
+def plan_data(plan: Plan) -> dict[str, Any]:
+    """The Plan as `plan_json` prints it, before the text: `starts_in_batch` says whether
+    the start ends the node's one batch."""
+    data: dict[str, Any] = as_json(plan)
     if not plan.one_process_per_node:  # ranks: world_size and nproc_per_node say it all
         del data["one_process_per_node"]
     data["starts_in_batch"] = plan.starts_in_batch
-    return json.dumps(data, indent=2) + "\n"
+    return data
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan_data(plan), indent=2) + "\n"

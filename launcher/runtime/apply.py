@@ -32,6 +32,7 @@ from launcher.plan.model import (
 )
 from launcher.remote.base import Connection, Result
 from launcher.remote.batch import File, Op, Outcome, Run
+from launcher.runtime.trace import traced
 
 Report = Callable[[str], None]
 FirstRead = tuple[bytes, dict[str, Any]]
@@ -95,10 +96,12 @@ def apply_plan(
     if at_once:
         return first
     for check in plan.checks:
+        traced(check.host, None, check)
         check_reach(check, connections, report)
     try:
         for node in plan.nodes:
             start, seen = node.start, starts.of(node.rank)
+            traced(node.host, node.rank, start)
             seen.sent = True
             seen.answer = connections[node.host].run(start.argv, input=_input(start))
             _require(node, start, seen.answer)
@@ -118,6 +121,7 @@ def _undo(plan: Plan, connections: dict[str, Connection], report: Report, starts
         if node.on_failure is None or not starts.of(node.rank).may_run:
             continue
         report(f"node {node.rank}: stopping it (another node failed to start)")
+        traced(node.host, node.rank, node.on_failure)
         try:
             stopped = connections[node.host].run(node.on_failure.argv)
         except GpujobError as err:
@@ -137,6 +141,7 @@ def _prepare(
         seen.sent = True
 
     for step in node.steps if with_start else node.preparation:
+        traced(node.host, node.rank, step)
         if isinstance(step, WriteFile | CopyFile):
             ops.append(File(*_file_of(step)))
         elif isinstance(step, SyncDir):

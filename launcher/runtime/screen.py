@@ -27,7 +27,9 @@ _UTF8 = rb"[\xc3-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xb
 """Whole UTF-8 characters, kept: their bytes past the first are 0x80 to 0xBF, not stray C1
 bytes. `\\xc2` is left out: followed by 0x80..0x9F it is a C1 control (U+0080..U+009F)."""
 _CONTROL = re.compile(
-    rb"\x1b\[[0-9;]*[mKA]|" + _UTF8 + rb"|\xc2[\x80-\x9f]|[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+    rb"\x1b\[[0-9;]*[mK]|\x1b\[1?A|"
+    + _UTF8
+    + rb"|\xc2[\x80-\x9f]|[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 )
 _UNFINISHED = re.compile(
     rb"(\x1b(\[[0-9;]*)?|[\xc2-\xdf]|[\xe0-\xef][\x80-\xbf]?|[\xf0-\xf4][\x80-\xbf]{0,2})\Z"

@@ -44,10 +44,14 @@ def checked_mounts(mounts: dict[str, str]) -> dict[str, str]:
         if not path.is_absolute():
             raise FieldError(loc, f"{src}: give the local file or folder as an absolute path "
                              "(or `~/...`)")  # fmt: skip
-        if not path.exists():
+        try:
+            found, is_dir = path.exists(), path.is_dir()
+        except OSError as err:  # a name too long for the file system, a loop of links
+            raise FieldError(loc, f"{src}: cannot look at it: {err.strerror}") from None
+        if not found:
             raise FieldError(loc, f"{path} does not exist on this machine; create it, or fix "
                              "the path (a file or folder shipped to every node)")  # fmt: skip
-        out[dst] = f"{str(path).rstrip('/')}/" if path.is_dir() else str(path)
+        out[dst] = f"{str(path).rstrip('/')}/" if is_dir else str(path)
     return out
 
 

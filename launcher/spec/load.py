@@ -12,6 +12,7 @@ import difflib
 import os
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
 from launcher.spec.both_worlds import own_spec_names, rclone_remotes
-from launcher.spec.env_flags import apply_env_flags, provided
+from launcher.spec.env_flags import apply_env_flags, flag_environ, provided
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
 from launcher.spec.skypilot import Translation
@@ -72,10 +73,10 @@ def load_job_spec(
     if skypilot.is_task(data):
         given = provided(envs, secrets, [key for key, _ in overrides])
         translation = skypilot.translate(
-            data, origins, str(path), os.environ, os.getcwd(), up, given
+            data, origins, str(path), flag_environ(), os.getcwd(), up, given
         )
         data, origins = translation.data, translation.origins
-    apply_env_flags(data, origins, envs, secrets, os.environ)
+    apply_env_flags(data, origins, envs, secrets, flag_environ())
     refusals = list(translation.errors) if translation else own_spec_names(data, origins, str(path))
     refusals += rclone_remotes(data, origins, str(path))
     for key, _ in overrides:
@@ -96,6 +97,15 @@ def load_job_spec(
     if refusals:
         raise _many(refusals, str(path))
     return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
+
+
+def load_requested(request: Mapping[str, Any]) -> LoadedSpec:
+    """The spec as a launch request asked for it (`spec_path`, `sets`, `up`, `envs`,
+    `secrets`: a LaunchRequest's fields, or recovery's record of them): the launch,
+    `--resume-from` and recovery's checkpoint look-up read the same spec, env flags included."""
+    return load_job_spec(request["spec_path"], tuple(request.get("sets") or ()),
+                         up=request.get("up"), envs=tuple(request.get("envs") or ()),
+                         secrets=tuple(request.get("secrets") or ()))  # fmt: skip
 
 
 def _parse_set(item: str) -> tuple[Path_, Any]:
@@ -146,8 +156,18 @@ def _apply_profile(
     data: dict[str, Any], profile: Any, origins: dict[Path_, str], filename: str
 ) -> dict[str, Any]:
     profiles = data.get("profiles") or {}
-    if not isinstance(profiles, dict) or profile not in profiles:
-        known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) else ""
+    if (
+        not isinstance(profile, str)
+        or not isinstance(profiles, dict)
+        or any(not isinstance(name, str) for name in profiles)
+    ):
+        raise UsageError(
+            f"{_origin_of(origins, ('profile',), filename)}: profile: give a profile's name, "
+            "and `profiles:` as a mapping of names to overrides",
+            "profiles:\n  big: {nodes: 4}\nprofile: big",
+        )
+    if profile not in profiles:
+        known = ", ".join(sorted(profiles))
         raise UsageError(
             f"{_origin_of(origins, ('profile',), filename)}: profile: no profile `{profile}` "
             f"in {filename}",

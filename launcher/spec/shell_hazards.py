@@ -4,12 +4,16 @@ and the envs they read, not only in gpujob's own `batch:` and `merge:` fields.
 - The batch arithmetic: a global batch and a micro batch in the conventional envs
   (GLOBAL_BATCH_SIZE / MICRO_BATCH_SIZE, ...) that the script reads, which the world size
   gpujob plans (nodes x processes per node) times the micro batch does not divide: bash's
-  `$(( 32 / (1 * 6) ))` trains on 30 per step, silently.
-- The merge guard (seed 002): a script that merges an adapter (merge_and_unload, a
-  merge_lora script, ...) and names a quantized base (`*-bnb-4bit`, GPTQ, AWQ; in the text or
-  through an env it reads), judged by the same rule as `merge:` (agent/merge_check.py).
+  `$(( 32 / (1 * 6) ))` trains on 30 per step, silently. Refused only when a `$(( ))` of the
+  script divides with both names and a world size (that silent truncation); otherwise a
+  warning: Megatron divides by its data-parallel size, a device_map job is one process.
+- The merge guard (seed 002): a command that merges an adapter (merge_and_unload, a
+  merge_lora script, ...) with a quantized base (`*-bnb-4bit`, GPTQ, AWQ): its --base /
+  --base_model argument, else a model named on that same command (continued lines joined; envs
+  expanded), judged by the same rule as `merge:` (agent/merge_check.py). Training on a
+  4-bit base and merging into its 16-bit one is not refused.
 
-Each is one line naming the file's line, with the numbers or the fix; `checks: {batch: off}`
+Each refusal is one line naming the file's line, with the numbers or the fix; `checks: {batch: off}`
 or `checks: {merge: off}` silences it where gpujob is wrong. Pure.
 """
 
@@ -39,6 +43,8 @@ MERGING = re.compile(
 )
 MODEL_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]")
 ENV_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+BASE_ARG = re.compile(r"--base(?:[-_]model(?:[-_]name(?:[-_]or[-_]path)?)?)?[= ]+['\"]?([^\s'\"]+)")
+WORLD = re.compile(r"WORLD|NUM_NODES|NNODES|GPUS|NPROC|NUM_PROC")
 
 
 class ChecksSpec(StrictModel):
@@ -52,15 +58,29 @@ def shell_hazards(
     world_size: int,
     checks: ChecksSpec,
     where: Callable[..., str],
-) -> list[str]:
-    """One line per hazard; `scripts`: `run`/`setup` text by field, `where(*loc)` its line."""
+) -> tuple[list[str], list[str]]:
+    """Refusals and warnings, one line each; `scripts`: `run`/`setup` text by field,
+    `where(*loc)` its line."""
     text = "\n".join(scripts.values())
-    lines = []
+    refusals: list[str] = []
+    warnings: list[str] = []
     if checks.batch:
-        lines += _batch(text, envs, world_size, where)
+        (refusals if _divides(text) else warnings).extend(_batch(text, envs, world_size, where))
     if checks.merge:
-        lines += _merge(scripts, envs, where)
-    return lines
+        refusals += _merge(scripts, envs, where)
+    return refusals, warnings
+
+
+def _divides(text: str) -> bool:
+    """A `$(( ))` dividing a global batch by a micro batch and a world size: bash truncates."""
+    for line in text.splitlines():
+        arith = line[line.index("$((") :] if "$((" in line else ""
+        names = [
+            any(re.search(rf"\b{n}\b", arith) for n in ns) for ns in (GLOBAL_NAMES, MICRO_NAMES)
+        ]
+        if "/" in arith and all(names) and WORLD.search(arith):
+            return True
+    return False
 
 
 def _batch(text: str, envs: Mapping[str, str], world: int, where: Callable[..., str]) -> list[str]:
@@ -88,21 +108,31 @@ def _merge(
     scripts: Mapping[str, str], envs: Mapping[str, str], where: Callable[..., str]
 ) -> list[str]:
     for field, script in scripts.items():
-        if not MERGING.search(script):
-            continue
-        expanded = ENV_REF.sub(lambda m: str(envs.get(m.group(1), m.group(0))), script)
-        for model in dict.fromkeys(MODEL_ID.findall(expanded)):
-            quant = quantization_of(model)
-            if quant:
-                return [f"{where(field)}: {field}: merges an adapter with the quantized base "
-                        f"{model} ({quant}), which gives a corrupted model (4-bit rounding, "
-                        f"seed 002): {fixes(model)}; or `checks: {{merge: off}}` if the "
-                        "script merges elsewhere"]  # fmt: skip
+        for command in script.replace("\\\n", " ").splitlines():
+            if not MERGING.search(command):
+                continue
+            expanded = ENV_REF.sub(lambda m: str(envs.get(m.group(1), m.group(0))), command)
+            named = BASE_ARG.findall(expanded) or MODEL_ID.findall(expanded)
+            line = _quantized(field, named, where)
+            if line:
+                return [line]
     return []
 
 
-def script_hazards(loaded: LoadedSpec) -> list[str]:
-    """A loaded spec's hazards (either kind of file): its shell `run:` and `setup:`."""
+def _quantized(field: str, models: list[str], where: Callable[..., str]) -> str | None:
+    for model in dict.fromkeys(models):
+        quant = quantization_of(model)
+        if quant:
+            return (f"{where(field)}: {field}: merges an adapter with the quantized base "
+                    f"{model} ({quant}), which gives a corrupted model (4-bit rounding, "
+                    f"seed 002): {fixes(model)}; or `checks: {{merge: off}}` if the "
+                    "script merges elsewhere")  # fmt: skip
+    return None
+
+
+def script_hazards(loaded: LoadedSpec) -> tuple[list[str], list[str]]:
+    """A loaded spec's hazards (either kind of file), its shell `run:` and `setup:`:
+    refusals and warnings."""
     spec = loaded.spec
     scripts = {name: text for name, text in (("setup", spec.setup), ("run", spec.run.shell))
                if text}  # fmt: skip

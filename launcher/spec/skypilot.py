@@ -265,6 +265,9 @@ def _envs(reader: _Reader, environ: Mapping[str, str], given: Collection[str]) -
     out = {}
     for name, value in envs.items():
         with reader.collect():
+            if not isinstance(name, str):
+                raise reader.refuse(("envs", name), f"`{name}` is not a variable name",
+                                    "write NAME: value")  # fmt: skip
             reserved = reserved_env(str(name))
             if reserved:
                 raise UsageError(f"{reader.where('envs', str(name))}: envs.{name}: {reserved}")
@@ -274,8 +277,8 @@ def _envs(reader: _Reader, environ: Mapping[str, str], given: Collection[str]) -
                     continue
                 if name not in environ:
                     raise UsageError(
-                        f"{where}: envs.{name}: required (null in the task): export {name}, "
-                        f"or give --env {name}=VALUE or --secret {name}=VALUE"
+                        f"{where}: envs.{name}: required (null in the task): give --secret "
+                        f"{name}=VALUE (or export {name} and give --env {name})"
                     )
                 reader.null_secrets.append(str(name))
                 reader.out.notes.append(

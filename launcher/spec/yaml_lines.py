@@ -3,13 +3,15 @@ so that any error can name the line to change.
 
 The composer is bounded, because a spec is input from anyone: a file past `MAX_BYTES`,
 bytes that are not UTF-8, nesting past `MAX_DEPTH`, aliases that expand past `MAX_VALUES`
-(a "billion laughs" composes in microseconds and expands in hours) and a key written twice
-in one mapping (YAML would keep the last, silently) are each refused in one line while the
-document is composed, before anything walks the expanded tree.
+nodes or `MAX_EXPANDED` characters (a "billion laughs" composes in microseconds and
+expands in hours; one long string aliased 2000 times takes gigabytes) and a key written
+twice in one mapping (YAML would keep the last, silently) are each refused in one line
+while the document is composed, before anything walks the expanded tree.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,37 @@ Path_ = tuple[str | int, ...]
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_VALUES = 100_000
+MAX_EXPANDED = 8 * 1024 * 1024
+
+
+MAX_NUMBER_CHARS = 64
+
+# YAML 1.2's numbers: no sexagesimal `1:30` (a 1 MiB `1:3:3:...` took 68 s inside PyYAML)
+_INT = re.compile(
+    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"
+)
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+
+
+def _resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    """SafeLoader's implicit types less timestamps (a date stays the string written, so
+    `name: 2001-13-01` is a name, not a crash) and with YAML 1.2 ints and floats."""
+    table: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+    for first, pairs in yaml.SafeLoader.yaml_implicit_resolvers.items():
+        kept = []
+        for tag, regexp in pairs:
+            if tag.endswith(":timestamp"):
+                continue
+            if tag.endswith(":int"):
+                regexp = _INT
+            elif tag.endswith(":float"):
+                regexp = _FLOAT
+            kept.append((tag, regexp))
+        table[first] = kept
+    return table
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -32,6 +65,9 @@ class _BoundedLoader(yaml.SafeLoader):
         self.filename = filename
         self.path: list[str | int | None] = []
         self.sizes: dict[int, int] = {}
+        self.expanded: dict[int, int] = {}  # characters once aliases are expanded
+
+    yaml_implicit_resolvers = _resolvers()
 
     def refuse(self, mark: yaml.Mark | None, what: str, fix: str) -> UsageError:
         where = f"{self.filename}:{mark.line + 1}" if mark else self.filename
@@ -61,6 +97,8 @@ class _BoundedLoader(yaml.SafeLoader):
                 children = [child for pair in node.value for child in pair]
                 self.refuse_duplicate_keys(node)
             self.sizes[id(node)] = 1 + sum(self.sizes[id(child)] for child in children)
+            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            self.expanded[id(node)] = own + sum(self.expanded[id(c)] for c in children)
         self.path.pop()
         if self.sizes[id(node)] > MAX_VALUES:
             raise self.refuse(
@@ -68,12 +106,38 @@ class _BoundedLoader(yaml.SafeLoader):
                 f"more than {MAX_VALUES} values once its aliases are expanded",
                 "use fewer aliases (`*name`) or write the values out",
             )
+        if self.expanded[id(node)] > MAX_EXPANDED:
+            raise self.refuse(
+                event.start_mark,
+                f"more than {MAX_EXPANDED // (1024 * 1024)} MiB once its aliases are expanded",
+                "use fewer aliases (`*name`) or keep large data out of the spec",
+            )
         return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """A value Python cannot build (a 5000-digit int) is one line at its node."""
+        if node.tag.endswith((":int", ":float")) and len(node.value) > MAX_NUMBER_CHARS:
+            raise self.refuse(
+                node.start_mark,
+                f"a number of more than {MAX_NUMBER_CHARS} characters",
+                "write a smaller number, or quote it to make it a string",
+            )
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as err:
+            raise self.refuse(node.start_mark, f"cannot read this value: {err}",
+                              "quote it to make it a string") from None  # fmt: skip
 
     def refuse_duplicate_keys(self, node: yaml.MappingNode) -> None:
         seen: dict[str, int] = {}
         for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self.refuse(
+                    key_node.start_mark,
+                    "a key that is a list or mapping",
+                    "write each key as a plain name",
+                )
+            if key_node.value == "<<":
                 continue
             if key_node.value in seen:
                 field = ".".join(str(p) for p in (*self.path, key_node.value) if p is not None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.agent.states import TERMINAL
+from launcher.errors import GpujobError
 from launcher.paths import state_dir
 from launcher.state.faults import check_version, mark_version, state_faults
 
@@ -192,7 +193,7 @@ class StateDB:
             rows = conn.execute(
                 SELECT_JOBS + " ORDER BY created_at DESC LIMIT ?", (limit,)
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [_record(row, self.path) for row in rows]
 
     def job(self, reference: str) -> JobRecord | None:
         """By id, unique id prefix, or name (the newest job of that name)."""
@@ -202,7 +203,7 @@ class StateDB:
                 " ORDER BY (id = ?) DESC, created_at DESC",
                 (reference, reference + "%", reference, reference),
             ).fetchall()
-        return _record(rows[0]) if rows else None
+        return _record(rows[0], self.path) if rows else None
 
     def offset(self, job_id: str, node: int) -> int:
         with self._connect() as conn:
@@ -220,7 +221,19 @@ class StateDB:
             )
 
 
-def _record(row: tuple) -> JobRecord:
+def _record(row: tuple, path: Path) -> JobRecord:
+    """A row as a record; a row whose JSON columns were damaged (by hand, a full disk) is
+    one line naming the db and the job, not a traceback from every `status`."""
+    try:
+        return _parsed(row)
+    except (ValueError, TypeError) as err:
+        raise GpujobError(
+            f"{path}: job {row[0]}: its record cannot be read ({err})",
+            f"repair or delete that row: sqlite3 {path} \"DELETE FROM jobs WHERE id='{row[0]}'\"",
+        ) from None
+
+
+def _parsed(row: tuple) -> JobRecord:
     return JobRecord(
         id=row[0], name=row[1], spec_path=row[2], provider=row[3], runtime=row[4],
         hosts=json.loads(row[5]), node_dirs=json.loads(row[6]), state=row[7],

@@ -5,7 +5,9 @@ verified against its marker as a recovery's pull is, and the job gets GPUJOB_RES
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from launcher.agent.ckpt_store import MARKER, step_of
 from launcher.errors import UsageError
@@ -22,14 +24,14 @@ class Found:
     remote: str
 
 
-def find_resume(text: str, spec_path: str, sets: tuple[str, ...] = ()) -> Found:
+def find_resume(text: str, request: Mapping[str, Any]) -> Found:
     """The checkpoint `text` names (its run's newest when it names a run), complete in S3
     (its marker there), or a one-line refusal that says what the path holds instead."""
-    from launcher.spec.load import load_job_spec
+    from launcher.spec.load import load_requested
     from launcher.storage.remotes import all_remotes, parse_remote_path
     from launcher.storage.runs import survey
 
-    spec = load_job_spec(spec_path, sets).spec
+    spec = load_requested(request).spec
     path = parse_remote_path(text, all_remotes(spec.storage), FLAG)
     parent, _, leaf = path.key_prefix.rpartition("/")
     if step_of(leaf) is not None:  # a checkpoint named: it alone, in the folder above it

@@ -11,14 +11,14 @@ import subprocess
 from pathlib import Path
 
 
-def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `argv` in a session of its own (`setsid`): closing the terminal does not end it.
     It inherits this environment (cloud and remote keys, GPUJOB_*)."""
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                                start_new_session=True, close_fds=True)  # fmt: skip
+                                start_new_session=True, close_fds=True, env=env)  # fmt: skip
     finally:
         os.close(fd)
 

@@ -74,8 +74,10 @@ def start_controller(job_id: str) -> int:
     """`gpujob recover JOB --foreground`, detached: a session of its own, stdin closed, its
     output appended to its log (0600). It inherits this environment (the cloud keys, the
     remotes' keys, GPUJOB_*): renting again needs them."""
+    from launcher.spec.env_flags import child_environ
+
     child = spawn([sys.executable, "-m", "launcher", "recover", job_id, "--foreground"],
-                  log_path(job_id))  # fmt: skip
+                  log_path(job_id), child_environ())  # fmt: skip
     deadline = time.monotonic() + START_WAIT_S
     while child.poll() is None and time.monotonic() < deadline:
         if controller_pid(job_id) is not None:  # it holds the lock: it follows the job

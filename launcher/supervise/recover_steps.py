@@ -106,12 +106,12 @@ def latest_checkpoint(request: dict[str, Any], job_id: str) -> Checkpoint | None
     from dataclasses import replace
 
     from launcher.agent.ckpt_store import MARKER, step_of
-    from launcher.spec.load import load_job_spec
+    from launcher.spec.load import load_requested
     from launcher.storage.remotes import all_remotes, parse_remote_path
     from launcher.storage.runs import run_name, run_prefix
     from launcher.storage.s3 import list_keys
 
-    spec = load_job_spec(request["spec_path"], request.get("sets") or ()).spec
+    spec = load_requested(request).spec
     run = run_name(spec, job_id)
     target = f"{str(spec.checkpoints.sync_to).rstrip('/')}/{run}"
     path = parse_remote_path(str(spec.checkpoints.sync_to), all_remotes(spec.storage),

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from launcher.plan.model import NodeLayout, Plan
     from launcher.spec.image import ImageDefinition
+    from launcher.storage.probes import Probe
     from launcher.targets.placement import Placement
 
 
@@ -47,15 +48,24 @@ class HostsSubmission:
     placed: Placement
     image: ImageDefinition | None
     """The image the plan was built for (None where the host is the image)."""
+    probes: tuple[Probe, ...] = ()
+    """The checks before any file reaches a host (storage/probes.py), run by `submit`."""
 
     @property
     def job_id(self) -> str:
         return self.plan.job_id
 
     def text(self, as_json: bool) -> str:
-        from launcher.plan.show import plan_json, plan_text
+        import json
 
-        return plan_json(self.plan) if as_json else plan_text(self.plan)
+        from launcher.plan.show import as_json as shown_json
+        from launcher.plan.show import plan_data, plan_text
+        from launcher.storage.probes import probe_lines
+
+        if not as_json:
+            return plan_text(self.plan) + "".join(f"{line}\n" for line in probe_lines(self.probes))
+        data = {**plan_data(self.plan), "probes": shown_json(self.probes)}
+        return json.dumps(data, indent=2) + "\n"
 
     def close(self) -> None:
         close_all(list(self.placed.connections.values()))
@@ -97,24 +107,29 @@ class HostsTarget:
                           resume_from=request.resume_from)  # fmt: skip
 
     def dryrun(self, job: JobInput, request: LaunchRequest) -> Submission:
+        from launcher.storage.preflight import env_dir
+        from launcher.storage.probes import probes_for
+
         placed, image = self.place(job, request)
         try:
             plan = self.plan_for(job, request, placed.target, image)
+            probes = probes_for(job.loaded, plan, env_dir(placed.target, image),
+                                on_this_machine=self.traits.on_this_machine)  # fmt: skip
         except BaseException:
             close_all(list(placed.connections.values()))
             raise
-        return HostsSubmission(job, request, plan, placed, image)
+        return HostsSubmission(job, request, plan, placed, image, probes)
 
     def submit(self, submission: Submission, before_start: BeforeStart | None) -> Started:
-        from launcher.storage.preflight import check_before_start, env_dir
+        from launcher.storage.preflight import env_dir
+        from launcher.storage.probes import run_probes
 
         assert isinstance(submission, HostsSubmission)
         placed, plan = submission.placed, submission.plan
         try:
             environment = env_dir(placed.target, submission.image)
-            check_before_start(submission.job.loaded, plan, environment, placed.connections, say,
-                               placed.facts,
-                               on_this_machine=self.traits.on_this_machine)  # fmt: skip
+            run_probes(submission.probes, submission.job.loaded, environment, placed.connections,
+                       say, placed.facts, plan.job_id)  # fmt: skip
             if before_start is not None:
                 before_start(plan, placed.records)
             return self._start(submission)

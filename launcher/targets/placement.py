@@ -100,21 +100,26 @@ def remote_placement(
     dry_run: bool,
     provider: str = "ssh",
     early: EarlyContact | None = None,
+    pulled: bool = False,
 ) -> Placement:
     """Nodes on SSH hosts (`entries`, one per node, node 0 first); `early` may hold some
-    already contacted."""
+    already contacted. `pulled`: the hosts will have the job's image before the plan runs
+    (a rented host's bootstrap pulls it), so a dry run plans no pull, as the run will not."""
     from launcher.remote import hosts as ssh_hosts
 
     ref = image_reference(spec.image, image)
     names = list(dict.fromkeys(e.name for e in entries))
     by_name = {e.name: e for e in entries}
     if dry_run:
-        facts = {n: HostFacts(UNKNOWN_HOME, "python3", "?", runtime != "bare", 0) for n in names}
+        images = frozenset({ref} if pulled and ref else ())
+        facts = {n: HostFacts(UNKNOWN_HOME, "python3", "?", runtime != "bare", 0, images=images)
+                 for n in names}  # fmt: skip
         addresses = [e.address for e in entries]
         target = target_for(spec, image, entries, facts, addresses, ref, runtime, provider)
         note = (
             "dry run: no host was contacted; assumed: no GPUs"
-            + (", Docker present" if target.runtime == "docker" else "")
+            + (", Docker present, RLIMIT_MEMLOCK raisable" if target.runtime == "docker" else "")
+            + (" and the image pulled when the host is made ready" if target.image_present else "")
             + f"; {HOME_SHOWN} is the login's home folder there"
         )
         return Placement(target, {}, [], note)

@@ -121,14 +121,17 @@ def test_cancel_reaches_the_program_under_a_shell_block_and_launcher_none(
 
 
 def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_behind(
-    tmp_path: Path,
+    tmp_path: Path, one_ray_on_the_machine: Path
 ) -> None:
     """A real Ray cluster (Ray from the dev extras; `image: host` runs this venv's python3):
     node 0 starts the head, node 1 joins, the driver pins a task to each node; afterwards no
-    Ray process is left on the machine (`ray stop` on every node; no other test runs Ray)."""
+    Ray process of this session is left on the machine (`ray stop` on every node). Its own
+    temp dir and a free port keep it apart from any other Ray on the machine."""
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
+               RAY_TMPDIR=str(one_ray_on_the_machine),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
-    argv = [GPUJOB, "submit", "jobs/ray.yaml", "--job-id", "ray-e2e"]
+    argv = [GPUJOB, "submit", "jobs/ray.yaml", "--job-id", "ray-e2e",
+            "--set", f"run.ray_port={free_port()}"]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -136,19 +139,25 @@ def test_a_ray_job_runs_its_driver_on_a_cluster_of_both_nodes_and_leaves_no_ray_
     assert "[node 1] [gpujob] ray: node 1 (127.0.0.1) joined" in done.stdout
     assert "[node 0] driver: 2 node(s) in the cluster" in done.stdout
     assert "[node 0] task on node 1: ran at" in done.stdout
-    left = _ray_left()
+    left = _ray_left(mark=str(one_ray_on_the_machine))
     assert left == [], f"Ray processes left: {left}"
 
 
-def _ray_left(port: int | None = None, settle_s: float = 20.0) -> list[str]:
-    """Ray processes still alive once those already exiting have had `settle_s` to go: a
-    raylet seen in its last moments is not left behind; one alive after that is."""
+def _ray_left(port: int | None = None, settle_s: float = 20.0, mark: str = "") -> list[str]:
+    """This test's Ray processes (their command line names `mark`, its Ray temp dir, or
+    `port`) still alive once those already exiting have had `settle_s` to go: a raylet seen
+    in its last moments is not left behind; one alive after that is."""
     deadline = time.monotonic() + settle_s
     while True:
-        mark = f":{port}" if port is not None else None
-        left = [f"{p.name}: {_comm(p)} {_cmdline(p)}".strip() for p in Path("/proc").iterdir()
-                if p.name.isdigit() and (_comm(p) in ("raylet", "gcs_server")
-                                         or (mark and mark in _cmdline(p)))]  # fmt: skip
+        left = [
+            f"{p.name}: {_comm(p)} {_cmdline(p)}".strip()
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit()
+            and (
+                (_comm(p) in ("raylet", "gcs_server") and mark and mark in _cmdline(p))
+                or (port is not None and f":{port}" in _cmdline(p))
+            )
+        ]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
@@ -176,7 +185,9 @@ if os.environ.get("GPUJOB_NODE_RANK") == "1" and "start" in sys.argv and any(
 """
 
 
-def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(tmp_path: Path) -> None:
+def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(
+    tmp_path: Path, one_ray_on_the_machine: Path
+) -> None:
     """The worker's try runs under `timeout`, in a process group of its own that the cancel's
     TERM to the job's group misses: the run script must stop it and run `ray stop` at once.
     Left waiting for the try, bash would take the grace's SIGKILL and never run `ray stop`,
@@ -186,15 +197,14 @@ def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(tmp_path: 
     (hook / "sitecustomize.py").write_text(HOLD_RAY_JOIN)
     work.mkdir()
     (work / "driver.py").write_text((REPO / "jobs" / "ray" / "driver.py").read_text())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     spec = tmp_path / "job.yaml"
     spec.write_text(f"name: ray-join\nimage: host\nworkdir: work\nnodes: 2\n"
                     f"envs:\n  PYTHONPATH: {hook}\n  STOP_SEEN: {stop_seen}\n"
                     f"run:\n  entrypoint: driver.py\n  launcher: ray\n"
                     f"  ray_port: {port}\n")  # fmt: skip
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
+               RAY_TMPDIR=str(one_ray_on_the_machine),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # fmt: skip
     argv = [GPUJOB, "submit", str(spec), "--detach", "--job-id", "ray-join"]
     started = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
@@ -218,8 +228,14 @@ def test_a_cancel_while_a_ray_worker_is_joining_leaves_no_ray_process(tmp_path: 
                                cwd=REPO, check=False)  # fmt: skip
     assert cancelled.returncode == 0, cancelled.stderr
     assert stop_seen.is_file(), "node 1 never ran `ray stop`: its run script was SIGKILLed"
-    left = _ray_left(port)
+    left = _ray_left(port, mark=str(one_ray_on_the_machine))
     assert left == [], f"Ray processes left: {left}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _has(log: Path, text: str) -> bool:

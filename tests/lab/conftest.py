@@ -1,14 +1,19 @@
 """Fixtures that start the lab's real parts once per session and remove them by their ids.
 
-The lab is one per machine (one bridge, one registry port), so a lab that was already up
-when the session began is reused and left up; a lab this session started is taken down at
-the end, failed tests or not. `test_up_down.py` cycles the whole lab through the real CLI
-and so runs before any test that holds the session lab.
+Each test session works on a lab of its own name (infra.lab.naming), so two sessions on one
+machine (two checkouts, CI beside a demo) never meet: unless `GPUJOB_LAB_NAME` names one,
+the session takes the first of `gjt1`, `gjt2`, ... whose lock no other session holds, and
+holds it to the end. The name is a slot, not a fresh name per run, so a later session finds
+that lab's registry and image store filled. A lab that was already up when the session
+began is reused and left up; a lab this session started is taken down at the end, failed
+tests or not. `test_up_down.py` cycles the whole lab through the real CLI and so runs
+before any test that holds the session lab.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,20 +34,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items[:] = cycle + rest
 
 
-MACHINE_LOCK = Path("/tmp/gpujob-lab.lock")
+SLOTS = 32
+"""Lab names a test session may take, `gjt1` to `gjt32`: more than ever run at once."""
 
 
 @pytest.fixture(scope="session", autouse=True)
 def one_lab_session_at_a_time() -> Iterator[None]:
-    """The lab is one per machine: a second test session (another checkout, CI) waits here
-    rather than tearing down or reusing hosts of a lab that another session is using."""
-    with MACHINE_LOCK.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"lab: another test session holds {MACHINE_LOCK}; waiting for it")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+    """This session's lab, by name (GPUJOB_LAB_NAME for the session and every process it
+    starts), and that lab's lock: a session that names a lab another session is using waits
+    here rather than tearing down or reusing hosts of that lab."""
+    from infra.lab import naming
+
+    chosen = os.environ.get(naming.VARIABLE)
+    with pytest.MonkeyPatch.context() as patch:
+        for slot in [chosen] if chosen else [f"gjt{n}" for n in range(1, SLOTS + 1)]:
+            patch.setenv(naming.VARIABLE, slot)
+            handle = naming.session_lock().open("a")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not chosen:
+                    handle.close()
+                    continue
+                print(f"lab: another test session holds {naming.session_lock()}; waiting for it")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                break
+        else:
+            pytest.fail(f"lab: all {SLOTS} test lab names are in use on this machine")
+        with handle:
+            print(f"lab: this session's lab is {naming.name()} (GPUJOB_LAB_NAME)")
+            yield
 
 
 @pytest.fixture(scope="session")
@@ -68,10 +90,10 @@ def docker_hosts(lab: None) -> Iterator[tuple]:
     import infra.lab
     from infra.lab import base_image, registry
 
-    names = ["gjlab-ta", "gjlab-tb"]
+    names = ["ta", "tb"]  # with the lab's prefix
     try:
         made = [infra.lab.create_host(name, docker=True) for name in names]
-        image = f"{registry.ADDRESS}/{base_image.TAG}"
+        image = f"{registry.address()}/{base_image.TAG}"
         with ThreadPoolExecutor(2) as pool:
             pulls = list(pool.map(lambda h: docker(h, "pull", "-q", image), made))
         for done in pulls:

@@ -45,6 +45,14 @@ def lab_is_up() -> bool:
     return state.alive(state.read_state()["daemons"].get("registry"))
 
 
+def base_image_ref() -> str:
+    """The lab base image as hosts pull it (`10.77.0.1:5000/gpujob-lab/base:bookworm` in the
+    default lab): the session lab's registry, so known only once the session chose its lab."""
+    from infra.lab import base_image, registry
+
+    return f"{registry.address()}/{base_image.TAG}"
+
+
 def pin_line(host) -> str:
     key_type, key = Path(host.host_key_path).read_text().split()[:2]
     return f"{host.address} {key_type} {key}\n"

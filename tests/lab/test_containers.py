@@ -20,7 +20,7 @@ def test_host_network_container_on_one_host_reaches_another_host_by_address(
     from infra.lab import base_image, registry
 
     client, server = docker_hosts
-    image = f"{registry.ADDRESS}/{base_image.TAG}"
+    image = f"{registry.address()}/{base_image.TAG}"
     serve = ssh(
         server,
         f"docker run -d --label {LABEL} --network host {image} "
@@ -67,7 +67,7 @@ def test_image_pushed_to_the_registry_is_pulled_by_a_hosts_dockerd(
     try:
         pulled_ref = registry.push(local, local)
     finally:
-        names = [local, f"{registry.ADDRESS}/{local}"]
+        names = [local, f"{registry.address()}/{local}"]
         subprocess.run(["docker", "rmi", *names], capture_output=True)
     assert marker[:12] in registry.tags("gpujob-lab/test-push")
 
@@ -82,7 +82,7 @@ def test_job_image_runs_torch_on_a_host(docker_hosts, known_hosts):
 
     if job_image.TAG.split(":")[1] not in registry.tags(job_image.TAG.split(":")[0]):
         pytest.skip("job image not built (about 3 min): python -m infra.lab.job_image")
-    image = f"{registry.ADDRESS}/{job_image.TAG}"
+    image = f"{registry.address()}/{job_image.TAG}"
     check = "import torch, transformers; print(torch.__version__, transformers.__version__)"
     done = ssh(docker_hosts[0], f"docker run --rm --network host {image} python3 -c '{check}'",
                known_hosts, timeout=300)  # fmt: skip

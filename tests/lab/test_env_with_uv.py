@@ -13,7 +13,7 @@ import pytest
 from labtools import SSHHost, gpujob, job_row
 
 pytestmark = pytest.mark.lab
-HOST = "gjlab-uvenv"
+HOST = "uvenv"  # with the lab's prefix: gjlab-uvenv in the default lab
 MINI = ("name: mini\nbase: gpujob-lab/base:bookworm\npython: '3.11'\ntorch: 2.13.0\n"
         "cuda: cpu\nrequirements: []\n")  # fmt: skip
 """torch alone (its dependencies resolved by uv): what the lab's local sources hold."""

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import requests
+from labtools import base_image_ref
 
 from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake, serve_lambda, serve_vast
 
 pytestmark = pytest.mark.lab
-BASE_IMAGE = "10.77.0.1:5000/gpujob-lab/base:bookworm"
 
 
 @pytest.fixture
@@ -129,7 +129,9 @@ def _sessions(backend: Any, instance_id: str) -> list[int]:
 
 def _registry_has_base() -> bool:
     try:
-        with urllib.request.urlopen("http://10.77.0.1:5000/v2/gpujob-lab/base/tags/list",
+        from infra.lab import registry
+
+        with urllib.request.urlopen(f"http://{registry.address()}/v2/gpujob-lab/base/tags/list",
                                     timeout=3) as reply:  # fmt: skip
             return "bookworm" in json.loads(reply.read()).get("tags", [])
     except OSError:
@@ -140,7 +142,7 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
     lab_hosts: Any, lab_backend: Any, tmp_path: Path
 ) -> None:
     if not _registry_has_base():
-        pytest.skip(f"{BASE_IMAGE} is not in the lab registry (run `gpujob lab up`)")
+        pytest.skip(f"{base_image_ref()} is not in the lab registry (run `gpujob lab up`)")
     fake = serve_vast(lab_backend)
     try:
         api = requests.Session()
@@ -149,7 +151,7 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
         public = Path(f"{lab_hosts.user_key()}.pub").read_text()
         api.post(f"{base}/ssh/", json={"ssh_key": public}).raise_for_status()
         created = api.put(f"{base}/asks/12345601/", json={
-            "image": BASE_IMAGE, "disk": 10, "runtype": "ssh_direc ssh_proxy",
+            "image": base_image_ref(), "disk": 10, "runtype": "ssh_direc ssh_proxy",
             "env": {"GREETING": "hello"}, "onstart": "echo \"$GREETING\" > /root/greeting",
         }).json()  # fmt: skip
         instance_id = created["new_contract"]
@@ -182,7 +184,7 @@ def test_vast_instance_is_a_container_with_sshd_and_destroy_removes_it(
     finally:
         fake.stop()
     assert str(instance_id) not in lab_backend.records
-    assert "gjlab-v88001" not in {h.name for h in lab_hosts.list_hosts()}
+    assert lab_hosts.host_name("v88001") not in {h.name for h in lab_hosts.list_hosts()}
 
 
 def test_start_fakes_serves_both_apis_and_stop_fakes_removes_their_hosts(lab_hosts: Any) -> None:

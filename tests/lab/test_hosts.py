@@ -47,7 +47,7 @@ def test_a_crashed_host_boots_again_with_its_address_key_and_disk(lab, tmp_path)
     import infra.lab
 
     try:
-        host = infra.lab.create_host("gjlab-tc")
+        host = infra.lab.create_host("tc")
         pins = tmp_path / "known_hosts"
         pins.write_text(pin_line(host))
         assert ssh(host, "echo kept > /root/disk", pins).returncode == 0
@@ -60,5 +60,5 @@ def test_a_crashed_host_boots_again_with_its_address_key_and_disk(lab, tmp_path)
         assert again == host
         assert ssh(again, "cat /root/disk", pins).stdout == "kept\n"
     finally:
-        infra.lab.destroy_host("gjlab-tc")
-    assert "gjlab-tc" not in [h.name for h in infra.lab.list_hosts()]
+        infra.lab.destroy_host("tc")
+    assert infra.lab.host_name("tc") not in [h.name for h in infra.lab.list_hosts()]

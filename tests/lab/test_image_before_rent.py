@@ -17,7 +17,6 @@ from infra.fakes.null_backend import NullBackend
 
 pytestmark = pytest.mark.lab
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
-REGISTRY = "10.77.0.1:5000"
 
 
 @pytest.fixture
@@ -52,16 +51,18 @@ def launches(fake: RunningFake) -> list[dict[str, Any]]:
 def test_an_image_the_registry_lacks_is_refused_with_nothing_rented(
     fake: RunningFake, tmp_path: Path
 ) -> None:
-    done = submit(fake, tmp_path, f"{REGISTRY}/gpujob-lab/no-such-image:missing")
+    from infra.lab import registry
+
+    done = submit(fake, tmp_path, f"{registry.address()}/gpujob-lab/no-such-image:missing")
     assert done.returncode == 2, done.stderr
     assert "no such image; nothing was rented" in done.stderr
     assert launches(fake) == []
 
 
 def test_an_image_the_registry_has_passes_the_check(fake: RunningFake, tmp_path: Path) -> None:
-    from infra.lab import base_image
+    from infra.lab import base_image, registry
 
-    image = f"{REGISTRY}/{base_image.TAG}"
+    image = f"{registry.address()}/{base_image.TAG}"
     fake.control.fault("error", op="launch", status=503, count=100)
     done = submit(fake, tmp_path, image)
     assert f"before renting: image {image}: present" in done.stderr, done.stderr

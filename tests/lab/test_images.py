@@ -47,7 +47,7 @@ def test_lab_cpu_image_is_built_pushed_pulled_and_runs_the_quickstart(
     assert image_lock_hash(f"gpujob/lab-cpu:{tag}") == lock.lock_hash  # what doctor reports
 
     host = docker_hosts[0]
-    ref = f"{registry.ADDRESS}/gpujob/lab-cpu:{tag}"
+    ref = f"{registry.address()}/gpujob/lab-cpu:{tag}"
     pulled = docker(host, "pull", "-q", ref)
     assert pulled.returncode == 0, pulled.stderr
     labels = json.loads(

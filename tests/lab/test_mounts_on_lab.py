@@ -48,7 +48,7 @@ def test_a_tasks_local_file_mounts_reach_each_host_and_its_container(
     (tmp_path / "cfg.yaml").write_text("lr: 0.1\n")
     (tmp_path / "key.json").write_text("{}\n")
     (tmp_path / "key.json").chmod(0o600)  # a credentials file stays 0600 on the host
-    image = f"{registry.ADDRESS}/{job_image.TAG}"
+    image = f"{registry.address()}/{job_image.TAG}"
     (tmp_path / "task" / "task.yaml").write_text(TASK.format(image=image))
     placed = [docker_lab.root(index) / "gpujob-mounts-test" for index in (0, 1)]
     try:

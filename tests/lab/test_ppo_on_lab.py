@@ -51,7 +51,7 @@ def env(clouds: dict[str, RunningFake], tmp_path: Path) -> dict[str, str]:
         "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
         "VAST_API_KEY": VAST_API_KEY,
         "GPUJOB_VAST_API_URL": clouds["vast"].url,
-        "GPUJOB_REGISTRY": registry.ADDRESS,
+        "GPUJOB_REGISTRY": registry.address(),
         "GPUJOB_IMAGE_REPO": "gpujob-lab/job",
     }
 

@@ -15,7 +15,9 @@ import test_remote_jobs as remote
 from labtools import REPO, docker, gpujob
 from labtools import job_row as status_of
 
-pytestmark = pytest.mark.lab
+# The machine's Ray lock (tests/conftest.py): an e2e Ray job's `ray stop` on this machine would
+# stop the Ray processes of these hosts' containers too, whichever test session ran it.
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("one_ray_on_the_machine")]
 docker_lab, env = remote.docker_lab, remote.env  # the two docker hosts as `ta`, `tb`
 RAY_DAEMONS = ("raylet", "gcs_server")
 
@@ -83,7 +85,7 @@ def test_a_node_whose_ray_start_fails_stops_the_job_naming_it_and_leaves_no_ray(
     from infra.lab import job_image, registry
 
     other_host = docker_lab.hosts[1]
-    stale = f"{registry.ADDRESS}/{job_image.TAG}"
+    stale = f"{registry.address()}/{job_image.TAG}"
     for argv in (["pull", "-q", stale], ["tag", stale, ray_image]):
         done = docker(other_host, *argv)
         assert done.returncode == 0, done.stderr

@@ -88,7 +88,7 @@ def env(clouds: dict[str, RunningFake], bucket: str, tmp_path: Path) -> Iterator
         "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
         "VAST_API_KEY": VAST_API_KEY,
         "GPUJOB_VAST_API_URL": clouds["vast"].url,
-        "GPUJOB_REGISTRY": registry.ADDRESS,
+        "GPUJOB_REGISTRY": registry.address(),
         "GPUJOB_IMAGE_REPO": "gpujob-lab/job",
         "GJ_LAB_KEY": s3.ACCESS_KEY,
         "GJ_LAB_SECRET": s3.SECRET_KEY,

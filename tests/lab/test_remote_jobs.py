@@ -71,7 +71,7 @@ def env(tmp_path: Path, docker_lab: DockerLab) -> dict[str, str]:
         os.environ,
         GPUJOB_STATE_DIR=str(tmp_path / "state"),
         GPUJOB_HOSTS_FILE=str(docker_lab.hosts_file),
-        GPUJOB_REGISTRY=registry.ADDRESS,
+        GPUJOB_REGISTRY=registry.address(),
         GPUJOB_IMAGE_REPO=REPO_IMAGE,
         GJ_TOKEN=SECRET,
     )

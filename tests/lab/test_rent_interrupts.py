@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import test_up_hosts as up_hosts
-from labtools import GPUJOB, read_some, wait_until
+from labtools import GPUJOB, base_image_ref, read_some, wait_until
 
 from infra.fakes import RunningFake
 
@@ -50,9 +50,9 @@ class SilentRegistry:
     machine (`submit --up` asks before it rents) gets a plain-http 200 for any manifest."""
 
     def __init__(self) -> None:
-        from infra.lab import state
+        from infra.lab import naming
 
-        self.own = state.BRIDGE_ADDRESS
+        self.own = naming.bridge_address()
         self.sock = socket.create_server((self.own, 0))
         self.address = f"{self.own}:{self.sock.getsockname()[1]}"
         self.held: list[socket.socket] = []
@@ -171,7 +171,7 @@ def test_a_signal_during_submit_up_terminates_what_it_rented(
 ) -> None:  # fmt: skip
     fake = clouds[cloud]
     hold(fake, cloud, phase)
-    image = up_hosts.BASE_IMAGE if cloud == "vast" else f"{silent.address}/gpujob-lab/stalled:1"
+    image = base_image_ref() if cloud == "vast" else f"{silent.address}/gpujob-lab/stalled:1"
     submit = Command(env, "submit", job_spec(tmp_path, image), "--up", "a100", "--provider",
                      cloud, "--allow-cpu")  # fmt: skip
     err = interrupt(submit, cloud, phase, signum)
@@ -185,7 +185,7 @@ def test_a_signal_after_the_rent_before_the_job_starts_terminates_the_host(
     """The hosts are ready and the submit goes on (placement, checks on the host, shipping
     the workdir, the start): until the job has started they are still the command's. (The
     refusal below holds this phase for sure; a signal lands in it or just before.)"""
-    submit = Command(env, "submit", job_spec(tmp_path, up_hosts.BASE_IMAGE), "--up", "a100",
+    submit = Command(env, "submit", job_spec(tmp_path, base_image_ref()), "--up", "a100",
                      "--allow-cpu")  # fmt: skip
     err = interrupt(submit, "lambda", "ready", signal.SIGINT)
     nothing_left(clouds["lambda"], "lambda", backend, err)
@@ -199,15 +199,15 @@ def test_a_refusal_after_the_rent_terminates_the_host(
     whose `host_endpoint` is a closed port: refused on the host, so the host goes."""
     import json
 
-    from infra.lab import s3, state
+    from infra.lab import naming, s3
 
     closed = socket.socket()  # bound, never listening: connections to it are refused
-    closed.bind((state.BRIDGE_ADDRESS, 0))
+    closed.bind((naming.bridge_address(), 0))
     remote = {"provider": "Other", "endpoint": s3.endpoint(), "bucket": s3.create_bucket(),
-              "host_endpoint": f"http://{state.BRIDGE_ADDRESS}:{closed.getsockname()[1]}",
+              "host_endpoint": f"http://{naming.bridge_address()}:{closed.getsockname()[1]}",
               "access_key_env": "GJ_LAB_KEY", "secret_key_env": "GJ_LAB_SECRET"}  # fmt: skip
     (tmp_path / "config.yaml").write_text(json.dumps({"remotes": {"lab": remote}}))
-    spec = job_spec(tmp_path, up_hosts.BASE_IMAGE)
+    spec = job_spec(tmp_path, base_image_ref())
     with open(spec, "a") as more:
         more.write("checkpoints: {dir: checkpoints, sync_to: 'lab:runs/t'}\n")
     env = {**env, "GPUJOB_CONFIG_DIR": str(tmp_path), "GJ_LAB_KEY": s3.ACCESS_KEY,
@@ -226,7 +226,7 @@ def test_a_refusal_after_the_rent_terminates_the_host(
 def test_a_failed_bootstrap_of_submit_up_terminates_the_host(
     env: dict[str, str], clouds: dict[str, RunningFake], backend: Any, tmp_path: Path
 ) -> None:
-    submit = Command(env, "submit", job_spec(tmp_path, up_hosts.BASE_IMAGE), "--up", "a100")
+    submit = Command(env, "submit", job_spec(tmp_path, base_image_ref()), "--up", "a100")
     code, err = submit.finish()  # no --allow-cpu: the gpu step stops it
     assert code == 1, err
     assert "no NVIDIA GPU" in err.strip().splitlines()[-1], err

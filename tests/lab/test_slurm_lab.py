@@ -14,6 +14,8 @@ import pytest
 from labtools import GPUJOB, lab_is_up, wait_until
 from slurmlab import login_ssh, read_when_done, slurm_missing
 
+from infra.lab.hosts import host_name
+
 pytestmark = pytest.mark.lab
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
@@ -35,7 +37,7 @@ def host_namespaces() -> dict[str, str]:
     hosts = state.read_state()["hosts"]
     return {
         os.readlink(f"/proc/{hosts[name]['sshd']['pid']}/ns/{kind}"): name
-        for name in slurm.HOSTS
+        for name in slurm.host_names()
         for kind in NAMESPACES
     }
 
@@ -71,17 +73,19 @@ def in_host_namespaces(namespaces: dict[str, str]) -> list[str]:
 
 def leftovers(records: list[dict], namespaces: dict[str, str]) -> list[str]:
     """Everything of the cluster still on the machine, in words (empty when clean)."""
-    from infra.lab import network, slurm, state
+    from infra.lab import naming, network, slurm, state
 
     found = [f"pid {r['pid']} {' '.join(r['argv'][-4:])}" for r in records if state.alive(r)]
-    found += [f"netns {name}" for name in slurm.HOSTS if network.netns_exists(name)]
+    found += [f"netns {name}" for name in slurm.host_names() if network.netns_exists(name)]
     found += in_host_namespaces(namespaces)
+    ours = f"{state.lab_dir()}/"  # every daemon of this lab's cluster names a file in it
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if comm in DAEMONS and state.start_time(int(pid)) is not None:
+        if comm in DAEMONS and ours in argv and state.start_time(int(pid)) is not None:
             found.append(f"process {pid} {comm}")
     # The machine's own mounts: a bind over /etc/slurm belongs in the hosts' namespaces only.
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -89,11 +93,11 @@ def leftovers(records: list[dict], namespaces: dict[str, str]) -> list[str]:
     if slurm.layout().root.exists():
         found.append(f"folder {slurm.layout().root}")
     if not lab_is_up():
-        rule = ["iptables", "-C", *network.FORWARD_RULE]
+        rule = ["iptables", "-C", *network.forward_rule()]
         if subprocess.run(rule, capture_output=True).returncode == 0:
             found.append("iptables FORWARD rule for the lab bridge")
-        if network.link_exists(state.BRIDGE):
-            found.append(f"bridge {state.BRIDGE}")
+        if network.link_exists(naming.bridge()):
+            found.append(f"bridge {naming.bridge()}")
     return found
 
 
@@ -111,13 +115,13 @@ def test_cluster_up_twice_then_lab_down_leaves_nothing_behind() -> None:
         first = slurm.up()
         records += daemon_records()
         namespaces = host_namespaces()
-        assert len(namespaces) == len(NAMESPACES) * len(slurm.HOSTS)  # none shared
+        assert len(namespaces) == len(NAMESPACES) * len(slurm.host_names())  # none shared
         again = slurm.up()
         assert again == first
         assert daemon_records() == records  # the same daemons, by pid and start time
         listed = login_ssh(first, "sinfo -h -N -p debug -o '%N %t'")
         assert listed.returncode == 0, listed.stderr
-        assert sorted(listed.stdout.splitlines()) == ["gjlab-slurm1 idle", "gjlab-slurm2 idle"]
+        assert sorted(listed.stdout.splitlines()) == [f"{node} idle" for node in slurm.nodes()]
         pid_file = first.shared / "running.pid"
         running = login_ssh(first, f"sbatch --chdir={first.shared} "
                                    f"--wrap 'echo $$ > {pid_file}; exec sleep 300'")  # fmt: skip
@@ -148,9 +152,10 @@ def test_sinfo_on_the_login_host_shows_two_idle_nodes(slurm_cluster) -> None:
         return listed.stdout.splitlines()
 
     wait_until(lambda: all(" idle " in line for line in listing()), "both nodes idle")
+    prefix = host_name("")  # gjlab- in the default lab
     assert listing() == [
-        "debug* up 1:00:00 2 idle gjlab-slurm[1-2]",
-        "short up 2:00 2 idle gjlab-slurm[1-2]",
+        f"debug* up 1:00:00 2 idle {prefix}slurm[1-2]",
+        f"short up 2:00 2 idle {prefix}slurm[1-2]",
     ]
 
 
@@ -165,7 +170,7 @@ def test_two_node_batch_job_writes_both_node_names_to_the_shared_folder(slurm_cl
     job = done.stdout.strip()
     assert job.isdigit(), done.stdout
     out = read_when_done(folder / f"slurm-{job}.out", 2)
-    assert sorted(out.split()) == ["gjlab-slurm1", "gjlab-slurm2"]
+    assert sorted(out.split()) == [host_name("slurm1"), host_name("slurm2")]
     state = f"scontrol -o show job {job} | grep -o 'JobState=[A-Z]*'"
     from labtools import wait_until
 
@@ -199,5 +204,5 @@ def test_dry_run_of_lab_up_with_slurm_prints_the_daemons_and_starts_nothing() ->
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "would: SLURM cluster" in done.stderr
-    assert f"slurmd -D -N gjlab-slurm2 -f {slurm.layout().conf}" in done.stderr
+    assert f"slurmd -D -N {host_name('slurm2')} -f {slurm.layout().conf}" in done.stderr
     assert set(network.lab_namespaces()) == before

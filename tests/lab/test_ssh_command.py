@@ -23,7 +23,7 @@ from launcher.agent.agent_os import descendants
 pytestmark = pytest.mark.lab
 
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
-HOST = "gjlab-sshcmd"
+HOST = "sshcmd"  # with the lab's prefix: gjlab-sshcmd in the default lab
 TOOLS = ("ip", "sshd", "ssh", "nsenter", "unshare")
 
 
@@ -39,11 +39,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     if absent:
         pytest.skip(f"missing {', '.join(absent)}: run `bash infra/install-deps.sh`")
     import infra.lab
-    from infra.lab import network, state
+    from infra.lab import naming, network, state
     from launcher.remote.openssh import close_state
 
     folder = tmp_path_factory.mktemp("sshcmd")
-    bridge_was_up = network.link_exists(state.BRIDGE)
+    bridge_was_up = network.link_exists(naming.bridge())
     try:
         host = infra.lab.create_host(HOST)
         hosts_file = folder / "hosts.yaml"
@@ -116,6 +116,7 @@ def test_a_connection_dropped_under_the_command_is_exit_255_and_one_line(
     """The host's sshd processes for gpujob's connection are killed (by pid) while the
     command waits on stdin: ssh's failure, not the command's exit code."""
     from infra.lab import state
+    from infra.lab.hosts import host_name
 
     client = subprocess.Popen(
         [GPUJOB, "ssh", "lab", "--", "echo started; cat"], env=env,
@@ -124,7 +125,7 @@ def test_a_connection_dropped_under_the_command_is_exit_255_and_one_line(
     try:
         assert client.stdout is not None
         assert read_some(client.stdout, "the command's first line") == b"started\n"
-        listener = state.read_state()["hosts"][HOST]["sshd"]["pid"]
+        listener = state.read_state()["hosts"][host_name(HOST)]["sshd"]["pid"]
         for session in children(listener):
             for pid in [session, *[p for p in descendants(session) if comm(p).startswith("sshd")]]:
                 os.kill(pid, signal.SIGKILL)

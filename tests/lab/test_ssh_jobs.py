@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 IMAGE = str(REPO / "launcher" / "images" / "definitions" / "lab-cpu.yaml")
-HOST = "gjlab-ssh"
+HOST = "ssh"  # with the lab's prefix: gjlab-ssh in the default lab
 TOOLS = ("ip", "sshd", "nsenter", "unshare", "ssh-keygen")
 
 
@@ -50,9 +50,9 @@ def ssh_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHost]:
     if reason:
         pytest.skip(reason)
     import infra.lab
-    from infra.lab import job_image, network, state
+    from infra.lab import job_image, naming, network, state
 
-    bridge_was_up = network.link_exists(state.BRIDGE)
+    bridge_was_up = network.link_exists(naming.bridge())
     house = _wheelhouse(job_image, state.lab_dir() / "wheelhouse" / "lab-cpu")
     try:
         host = infra.lab.create_host(HOST)
@@ -233,7 +233,7 @@ def test_a_refused_connection_is_retried_until_sshd_starts(
     import infra.lab
 
     try:
-        late = infra.lab.create_host("gjlab-late")
+        late = infra.lab.create_host("late")
         infra.lab.kill_host_processes(late.name)  # the address answers, nothing listens
         refused_before = _resets_sent(late.name)
         client = subprocess.Popen(
@@ -250,7 +250,7 @@ def test_a_refused_connection_is_retried_until_sshd_starts(
         assert client.returncode == 0, err
         assert out == b"up\n"
     finally:
-        infra.lab.destroy_host("gjlab-late")
+        infra.lab.destroy_host("late")
 
 
 def _resets_sent(host_name: str) -> int:
@@ -269,7 +269,10 @@ def _ssh_config(folder: Path) -> Path:
     import infra.lab
 
     config = folder / "ssh_config"
-    config.write_text(f"Host 10.77.0.*\n  IdentityFile {infra.lab.user_key()}\n")
+    net = infra.lab.naming.subnet()  # the lab's /24: 10.77.0.* for the default lab
+    assert net is not None
+    pattern = str(net.network_address).rsplit(".", 1)[0] + ".*"
+    config.write_text(f"Host {pattern}\n  IdentityFile {infra.lab.user_key()}\n")
     return config
 
 

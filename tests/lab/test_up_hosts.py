@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import requests
+from labtools import base_image_ref
 
 from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake, serve_lambda, serve_vast
 
 pytestmark = pytest.mark.lab
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
-BASE_IMAGE = "10.77.0.1:5000/gpujob-lab/base:bookworm"
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def env(clouds: dict[str, RunningFake], tmp_path: Path) -> dict[str, str]:
         "GPUJOB_LAMBDA_API_URL": clouds["lambda"].url,
         "VAST_API_KEY": VAST_API_KEY,
         "GPUJOB_VAST_API_URL": clouds["vast"].url,
-        "GPUJOB_VAST_IMAGE": BASE_IMAGE,
+        "GPUJOB_VAST_IMAGE": base_image_ref(),
     }
 
 
@@ -131,7 +131,7 @@ def test_a_static_host_is_bootstrapped_once_and_then_only_checked(
 ) -> None:
     import infra.lab
 
-    host = infra.lab.create_host("gjlab-static", docker=True)
+    host = infra.lab.create_host("static", docker=True)
     try:
         Path(env["GPUJOB_HOSTS_FILE"]).write_text(
             f"hosts:\n  - {{name: box, address: {host.address}, user: root, "
@@ -150,4 +150,4 @@ def test_a_static_host_is_bootstrapped_once_and_then_only_checked(
         listed = gpujob(env, "ssh", "box", "--", "ls", "-a", f"{report['facts']['home']}")
         assert ".gpujob" not in listed.stdout.split(), listed.stdout
     finally:
-        infra.lab.destroy_host("gjlab-static")
+        infra.lab.destroy_host("static")

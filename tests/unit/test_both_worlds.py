@@ -76,7 +76,8 @@ def test_a_task_carries_gpujobs_sections_and_rclones_remote(
         assert f"{path}:{line[0]}: {line[1]}: gpujob's own section, kept" in result.stderr
     assert f"{path}:5: resources.disk_size -> resources.disk_gb: 200" in result.stderr
     assert "world size 2" in result.stdout and "time limit: 2h" in result.stdout
-    assert '"sync_to": "gpujob_r2:my-bucket/runs/sft/ckpts"' in result.stdout
+    # under the prefix, the job's own run folder (its id: storage/runs.py)
+    assert '"sync_to": "gpujob_r2:my-bucket/runs/sft/ckpts/sft-' in result.stdout
     assert "RCLONE_CONFIG_GPUJOB_R2_ACCESS_KEY_ID=***" in result.stdout  # from $R2_KEY
     assert "r2-key-value" not in result.stdout + result.stderr
 

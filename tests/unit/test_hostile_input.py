@@ -21,9 +21,17 @@ def _alias_bomb() -> bytes:
     return ("\n".join(rows) + "\n").encode()
 
 
+def _string_alias_bomb() -> bytes:
+    """A 208 KB file: one 100 KB string and 2000 aliases of it, 200 MB once expanded."""
+    aliases = ", ".join(["*x"] * 2000)
+    return (VALID + f'  args: [&x "{"a" * 100_000}", {aliases}]\n').encode()
+
+
 # (id, the file's bytes, where (`:LINE`), what the line says)
 CASES = [
     ("alias-bomb", _alias_bomb(), ":10", "more than 100000 values once its aliases are expanded"),
+    ("string-alias-bomb", _string_alias_bomb(), ":5",
+     "more than 8 MiB once its aliases are expanded"),
     ("deep-nesting", b"name: t\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", ":2",
      "nesting deeper than 64 levels"),
     ("binary", b"name: t\n\x89PNG\r\n\x1a\n\xff\xfe\x00", ":2", "not UTF-8 text (byte 0x89)"),
@@ -36,6 +44,20 @@ CASES = [
      "name: key written twice (also at line 1)"),
     ("nodes-over-bound", (VALID + "nodes: 100000\n").encode(), ":5",
      "nodes: Input should be less than or equal to 1024"),
+    ("long-int", (VALID + "nodes: " + "1" * 5000 + "\n").encode(), ":5",
+     "a number of more than 64 characters"),
+    ("long-hex", (VALID + "nodes: 0x" + "f" * 5000 + "\n").encode(), ":5",
+     "a number of more than 64 characters"),
+    ("sexagesimal", (VALID + "nodes: " + "1:3" * 300_000 + "\n").encode(), ":5",
+     "nodes: Input should be a valid integer"),
+    ("complex-key", (VALID + "? [a, b]\n: 1\n").encode(), ":5", "a key that is a list or mapping"),
+    ("profile-list", (VALID + "profile: []\n").encode(), ":5", "profile: give a profile's name"),
+    ("profiles-int-keys", (VALID + "profiles: {1: 2}\nprofile: x\n").encode(), ":6",
+     "profile: give a profile's name"),
+    ("sky-env-null-name", b"run: echo hi\nenvs: {null: null}\n", ":2",
+     "envs.None: SkyPilot's `envs.None`: gpujob cannot honour it (`None` is not a variable"),
+    ("sky-mount-long-name", b"run: echo hi\nfile_mounts:\n  /dst: /" + b"a" * 300 + b"\n", ":3",
+     "file_mounts./dst: /" + "a" * 300 + ": cannot look at it: File name too long"),
     ("recursive-alias", b"name: t\nx: &a [1, *a]\n", ":2",
      "alias *a refers to the node that contains it"),
 ]  # fmt: skip
@@ -187,3 +209,87 @@ def test_up_without_a_count_rents_the_count_the_task_asks_and_says_so(
     said = (f"gpujob: --up a100: {spec}:4: resources.accelerators L4:2 asks 2 GPUs per node; "
             "renting a100:2")  # fmt: skip
     assert said in result.stderr.splitlines(), result.stderr
+
+
+def _on_a_terminal(tmp_path: Path, *args: str) -> bytes:
+    """The real CLI with stdout and stderr on a pty, as a user at a terminal runs it."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "GPUJOB_STATE_DIR": str(tmp_path / "state"),
+           "GPUJOB_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    with subprocess.Popen([sys.executable, "-m", "launcher", *args], stdout=follower,
+                          stderr=follower, env=env, cwd=tmp_path) as proc:  # fmt: skip
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the pty's other end closed: the command is done
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=60)
+    os.close(leader)
+    return out
+
+
+def test_dry_run_on_a_terminal_shows_escapes_not_obeys_them(
+    gpujob: Callable, tmp_path: Path
+) -> None:
+    """A spec's `echo "\\e]52;..."` cannot set the clipboard while `submit --dry-run` shows
+    it on a terminal; through a pipe it is the spec's text as written."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text('name: t\nimage: host\nrun: "echo \\e]52;c;aGk=\\a"\n')
+    shown = _on_a_terminal(tmp_path, "submit", str(spec), "--dry-run")
+    assert b"]52;c;aGk=" in shown, shown
+    assert b"\x1b]52" not in shown and b"\x07" not in shown, shown
+    assert b"^[]52;c;aGk=^G" in shown, shown
+    piped = gpujob("submit", str(spec), "--dry-run")
+    assert "\x1b]52;c;aGk=\x07" in piped.stdout, piped.stdout
+
+
+def test_screen_lets_one_line_up_through_not_many() -> None:
+    from launcher.runtime.screen import terminal_safe
+
+    out, _ = terminal_safe(b"a\x1b[A\x1b[1Ab\x1b[5Ac\x1b[99A", final=True)
+    assert out == b"a\x1b[A\x1b[1Ab^[[5Ac^[[99A"
+
+
+def _ended_job(job_id: str, last_line: str) -> None:
+    import time
+
+    from launcher.state.db import JobRecord, StateDB
+
+    StateDB().add_job(JobRecord(
+        id=job_id, name="t", spec_path="/x/job.yaml", provider="local", runtime="bare",
+        hosts=["localhost"], node_dirs=["/x"], state="succeeded", exit_code=0,
+        created_at=time.time(), ended_at=time.time(), last_line=last_line,
+    ))  # fmt: skip
+
+
+def test_status_shows_a_jobs_escapes_on_a_terminal(gpujob: Callable, tmp_path: Path) -> None:
+    _ended_job("t-1", "done \x1b]52;c;aGk=\x07 \x1b[5A")
+    shown = _on_a_terminal(tmp_path, "status")
+    assert b"t-1" in shown, shown
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"done ^[]52;c;aGk=^G ^[[5A" in shown, shown
+
+
+def test_a_damaged_job_row_is_one_line_naming_db_and_job(gpujob: Callable) -> None:
+    import sqlite3
+
+    from launcher.state.db import StateDB
+
+    _ended_job("t-2", "done")
+    db = StateDB()
+    with sqlite3.connect(db.path) as conn:
+        conn.execute("UPDATE jobs SET hosts='{not json' WHERE id='t-2'")
+    result = gpujob("status")
+    assert result.exit_code == 1, result
+    assert result.stderr.startswith(f"gpujob: error: {db.path}: job t-2: its record cannot be")
+    assert len(result.stderr.splitlines()) == 1, result.stderr

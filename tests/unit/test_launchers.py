@@ -258,7 +258,11 @@ def ray_node(tmp_path: Path, rank: int, head_port: int) -> tuple[subprocess.Pope
         if isinstance(step, WriteFile):
             Path(step.path).parent.mkdir(parents=True, exist_ok=True)
             Path(step.path).write_text(step.content)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
+           "RAY_TMPDIR": str(tmp_path / "ray-tmp")}  # fmt: skip
+    if rank > 0:  # the head on this machine has started: a worker here joins only after that
+        (tmp_path / "ray-tmp" / "ray").mkdir(parents=True)
+        (tmp_path / "ray-tmp" / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{head_port}")
     proc = subprocess.Popen(["bash", "run.sh"], cwd=node.node_dir, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip

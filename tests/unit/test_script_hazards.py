@@ -72,6 +72,10 @@ MERGE = "envs:\n  BASE: {base}\n{checks}{field}: |\n  {line}\n{rest}"
     ("meta-llama/Meta-Llama-3-8B", "python merge_lora.py --base $BASE", "run", "", None),
     ("unsloth/llama-3-8b-bnb-4bit", "python merge_lora.py --base $BASE", "run",
      "checks: {merge: off}\n", None),
+    ("meta-llama/Meta-Llama-3-8B", "python train.py --model unsloth/llama-3-8b-bnb-4bit\n  "
+     "python merge_lora.py --base $BASE --adapter out", "run", "", None),
+    ("x", "python merge_lora.py --adapter out \\\n    --base_model "
+     "unsloth/llama-3-8b-bnb-4bit", "run", "", "unsloth/llama-3-8b-bnb-4bit (bnb)"),
 ])  # fmt: skip
 def test_merge_guard_on_the_script(
     tmp_path: Path, gpujob: Callable, base: str, line: str, field: str, checks: str,
@@ -90,7 +94,25 @@ def test_a_gpujob_spec_is_judged_too(tmp_path: Path, gpujob: Callable) -> None:
     text = ("name: own\nimage: host\nnodes: 2\nenvs:\n  GLOBAL_BATCH_SIZE: 10\n"
             "  MICRO_BATCH_SIZE: 1\nrun:\n  shell: echo $GLOBAL_BATCH_SIZE $MICRO_BATCH_SIZE\n"
             "resources:\n  accelerators: A100:2\n")  # fmt: skip
-    code, stderr = submit(tmp_path, gpujob, text)
+    code, stderr = submit(tmp_path, gpujob, text)  # no $(( )) of its own: a warning
+    assert code == 0 and "warning: " in stderr, stderr
+    assert "10 / (world_size 4 x envs.MICRO_BATCH_SIZE 1) = 2.50" in stderr
+    divides = text.replace("echo $GLOBAL", "echo $((GLOBAL_BATCH_SIZE / MICRO_BATCH_SIZE / "
+                           "WORLD_SIZE)) $GLOBAL")  # fmt: skip
+    code, stderr = submit(tmp_path, gpujob, divides)
     assert code == 2 and "10 / (world_size 4 x envs.MICRO_BATCH_SIZE 1) = 2.50" in stderr
-    code, stderr = submit(tmp_path, gpujob, text + "checks:\n  batch: false\n")
-    assert code == 0, stderr
+    code, stderr = submit(tmp_path, gpujob, divides + "checks:\n  batch: false\n")
+    assert code == 0 and "2.50" not in stderr, stderr
+
+
+def test_megatron_and_device_map_jobs_are_warned_not_refused(
+    tmp_path: Path, gpujob: Callable
+) -> None:
+    """Megatron divides by its data-parallel size itself; a device_map job is one process."""
+    megatron = BATCH.format(nodes=1, gpus=8, gbs=36, mbs=1, checks="").replace(
+        "GRAD_ACCUM=$(( GLOBAL_BATCH_SIZE / (MICRO_BATCH_SIZE * WORLD_SIZE) ))",
+        'ARGS="--global-batch-size $GLOBAL_BATCH_SIZE --micro-batch-size $MICRO_BATCH_SIZE '
+        '--tensor-model-parallel-size 4"',
+    )
+    code, stderr = submit(tmp_path, gpujob, megatron)
+    assert code == 0 and "warning: " in stderr and "36 / (world_size 8" in stderr, stderr

@@ -256,7 +256,7 @@ def test_a_skypilot_task_with_use_spot_rents_interruptible_on_vast(
     result = gpujob("submit", str(task), "--up", "h100", "--provider", "vast", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert all(s["body"]["type"] == "bid" for s in calls(market.vast, "search_offers"))
-    assert "bid $/h" in result.stdout
+    assert "bid $/h" in result.stderr  # the offers: stdout is the plan's (its --json)
 
 
 # --- spot where nothing is rented ------------------------------------------------------------

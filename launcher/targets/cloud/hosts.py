@@ -74,13 +74,16 @@ class UpOptions:
     """The command renting (`up`, `submit --up`), as the autostop holds name it."""
     instance_image: str | None = None
     """What the instance is made of, on a cloud whose host is the job's image (Vast)."""
+    offers_on_stderr: bool = False
+    """`submit --up`: stdout is the job's (its plan, its `--json`), the offers go beside
+    the progress lines."""
 
 
 def say(text: str) -> None:
     click.echo(f"gpujob: {text}", err=True)
 
 
-def offers_table(offers: list[Offer], shown: int = 10) -> None:
+def offers_table(offers: list[Offer], shown: int = 10, on_stderr: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -96,7 +99,7 @@ def offers_table(offers: list[Offer], shown: int = 10) -> None:
         if bids:
             row.append(f"{o.bid or 0:.3f}")
         table.add_row(*row)
-    Console(file=sys.stdout, width=110).print(table)
+    Console(file=sys.stderr if on_stderr else sys.stdout, width=110).print(table)
 
 
 def bid_words(offer: Offer) -> str:
@@ -155,7 +158,7 @@ def offers_for(
     offers = provider.offers(request)
     if not offers:
         raise no_offers(provider.name, request)
-    offers_table(offers)
+    offers_table(offers, on_stderr=options.offers_on_stderr)
     cost = clear_cost(budget, options.count, offers[0].price_per_hour, bound)
     if cost.line:
         say(cost.line)

@@ -66,11 +66,14 @@ class CloudTarget(RemoteHostsTarget):
         in_image = self.traits.runs_in_image
         if not request.dry_run:
             request = self._clear_the_rent(job, request)
+        from launcher.clouds.registry import runtime_of
+
         image = None if in_image else job.image
         entries = self._rented_hosts(request, job)
         placed = remote_placement(
             job.loaded.spec, image, entries, runtime=request.runtime,
             dry_run=request.dry_run, provider=self.kind,
+            pulled=runtime_of(self.kind) == "docker",  # up's bootstrap pulls the job's image
         )  # fmt: skip
         if placed.note:
             say(placed.note)
@@ -120,7 +123,8 @@ class CloudTarget(RemoteHostsTarget):
                             autostop_stop=bool(autostop and not autostop.down),
                             autostop_key_on_host=request.autostop_key_on_host,
                             spot=spec.resources.use_spot, renting="submit --up",
-                            instance_image=ref if self.traits.runs_in_image else None)  # fmt: skip
+                            instance_image=ref if self.traits.runs_in_image else None,
+                            offers_on_stderr=True)  # fmt: skip
         instances = launch_hosts(options, self.rent)
         if request.dry_run:
             return [HostEntry(name=f"<new {self.kind} host {rank}>", address="<its ip>")

@@ -48,8 +48,11 @@ class EarlyCluster:
         from launcher.targets.slurm import cluster as slurm
 
         try:
+            from launcher.runtime.trace import traced
+
             cluster, login = slurm.resolve_cluster(on)
             self.conn = connect(login)
+            traced(login.name, None, login_checks(())[0])
             self.found = (cluster, login, self.conn.run(slurm.describe_argv()))
         except BaseException as err:  # raised in the caller's thread by take()
             self.error = err
@@ -86,7 +89,19 @@ class SlurmSubmission:
         return self.planned.plan.job_id
 
     def text(self, as_json: bool) -> str:
-        return slurm_plan_text(self.planned, self.login.name)
+        if not as_json:
+            return slurm_plan_text(self.planned, self.login.name)
+        import json
+
+        from launcher.plan.show import as_json as shown_json
+        from launcher.plan.show import plan_data
+
+        planned = self.planned
+        data = {"cluster": planned.cluster.name, "login": self.login.name,
+                "plan": plan_data(planned.plan), "script_path": planned.script_path,
+                "before_queue": shown_json(login_checks(planned.test_only)),
+                "queue": shown_json(queue_command(planned.submit))}  # fmt: skip
+        return json.dumps(data, indent=2) + "\n"
 
     def close(self) -> None:
         if self.conn is not None:
@@ -165,11 +180,26 @@ def _fields(loaded: Any) -> dict[str, str]:
     }
 
 
+def login_checks(test_only: tuple[str, ...]) -> tuple[RunCommand, RunCommand]:
+    """What runs on the login host before anything is queued, as steps: the cluster read
+    (the partitions checked here) and SLURM's own check of the request."""
+    from launcher.targets.slurm.cluster import describe_argv
+
+    return (
+        RunCommand(tuple(describe_argv()), "the partitions (nodes, GPUs, CPUs, memory, MaxTime, "
+                   "accounts) checked here"),
+        RunCommand(tuple(test_only), "SLURM's own check of the request; nothing is queued"),
+    )  # fmt: skip
+
+
+def queue_command(submit: tuple[str, ...]) -> RunCommand:
+    return RunCommand(tuple(submit), "queue the job")
+
+
 def slurm_plan_text(planned: SlurmPlan, login: str) -> str:
     """The dry run: every node's files (the sbatch script among node 0's), then the checks
     and the exact sbatch command, all run on the login host."""
     from launcher.plan.show import limit_lines, shell_join, shown, step_lines
-    from launcher.targets.slurm.cluster import describe_argv
 
     plan = planned.plan
     cluster = planned.cluster
@@ -189,23 +219,17 @@ def slurm_plan_text(planned: SlurmPlan, login: str) -> str:
                       f"{login}: job dir {shown(node.job_dir)}"]  # fmt: skip
         for step in node.steps:
             lines.extend(step_lines(step))
-    lines += [
-        "",
-        f"before queueing, on {login}:",
-        f"  run   {shell_join(describe_argv())}",
-        "        # the partitions (nodes, GPUs, CPUs, memory, MaxTime, accounts) checked here",
-        f"  run   {shell_join(planned.test_only)}",
-        "        # SLURM's own check of the request; nothing is queued",
-        "",
-        f"queue, on {login}:",
-        f"  run   {shell_join(planned.submit)}",
-    ]
+    lines += ["", f"before queueing, on {login}:"]
+    for check in login_checks(planned.test_only):
+        lines.extend(step_lines(check))
+    lines += ["", f"queue, on {login}:", f"  run   {shell_join(planned.submit)}"]
     return "\n".join(lines) + "\n"
 
 
 def queue(submission: SlurmSubmission) -> Started:
     """Queue exactly the submission; the job is recorded once SLURM has it."""
     from launcher.remote.batch import File, Run
+    from launcher.runtime.trace import traced
 
     planned, conn, login = submission.planned, submission.conn, submission.login
     loaded = submission.job.loaded
@@ -217,6 +241,10 @@ def queue(submission: SlurmSubmission) -> Started:
         raise UsageError(f"job id {plan.job_id} is taken", "leave out --job-id to get a new one")
     # First SLURM's own check with the script alone: nothing else (secrets, the job
     # environment) is written or built for a job the cluster refuses.
+    script = next(s for s in plan.nodes[0].steps
+                  if isinstance(s, WriteFile) and s.path == planned.script_path)  # fmt: skip
+    traced(login.name, 0, script)
+    traced(login.name, None, login_checks(planned.test_only)[1])
     checked = conn.batch([File(planned.script_path, planned.script.encode(), 0o755),
                           Run(planned.test_only)])  # fmt: skip
     if len(checked.runs) != 1 or not checked.runs[0].ok:
@@ -231,6 +259,8 @@ def queue(submission: SlurmSubmission) -> Started:
     commands: list[RunCommand] = []
     for node in plan.nodes:
         for step in node.steps:
+            if step is not script:
+                traced(login.name, node.rank, step)
             if isinstance(step, WriteFile):
                 if step.path != planned.script_path:
                     ops.append(File(step.path, step.content.encode(), step.mode))
@@ -241,6 +271,7 @@ def queue(submission: SlurmSubmission) -> Started:
             elif isinstance(step, RunCommand):
                 ops.append(Run(step.argv, stream=True))
                 commands.append(step)
+    traced(login.name, None, queue_command(planned.submit))
     ops.append(Run(planned.submit))
     started = time.time()
     try:

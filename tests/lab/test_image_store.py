@@ -1,0 +1,57 @@
+"""The lab's image store (infra/lab/image_store.py): a host booted after an image was pushed
+starts with it, no pull; hosts share the image's layer files (hard links) and nothing else:
+what a container of one host writes, or one host removing the image, leaves the others'."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from labtools import base_image_ref, docker
+
+pytestmark = pytest.mark.lab
+
+
+def layer_files(data_root: Path) -> dict[str, int]:
+    """Every regular file under the layers of a dockerd's data root, by path, to its inode."""
+    found = {}
+    for folder, _, files in os.walk(data_root / "overlay2"):
+        for name in files:
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink():
+                found[str(path.relative_to(data_root))] = path.stat().st_ino
+    return found
+
+
+def test_a_fresh_host_starts_with_the_lab_image_and_keeps_its_writes_to_itself(lab) -> None:
+    import infra.lab
+    from infra.lab import boot, image_store
+
+    ref = base_image_ref()  # pushed by `lab up`, so in the store
+    assert ref in image_store.held()
+    hosts = [infra.lab.create_host(name, docker=True) for name in ("isa", "isb")]
+    try:
+        for host in hosts:  # there at boot: nothing was pulled
+            assert docker(host, "image", "inspect", ref).returncode == 0
+        store = layer_files(image_store.root() / "docker")
+        first = layer_files(boot.host_dir(hosts[0].name) / "docker")
+        shared = set(store.items()) & set(first.items())
+        assert len(shared) > 1000, "the host's layers are not the store's files"  # a copy
+
+        write = "echo changed > /etc/debian_version; cat /etc/debian_version"
+        done = docker(hosts[0], "run", "--rm", "--network", "none", ref, "sh", "-c", write)
+        assert (done.returncode, done.stdout) == (0, "changed\n"), done.stderr
+        for host in hosts:  # a new container of either host sees the image's file, unchanged
+            done = docker(host, "run", "--rm", "--network", "none", ref,
+                          "cat", "/etc/debian_version")  # fmt: skip
+            assert done.returncode == 0 and done.stdout.startswith("12."), done.stdout
+
+        assert docker(hosts[0], "rmi", ref).returncode == 0
+        assert docker(hosts[1], "image", "inspect", ref).returncode == 0
+        assert layer_files(image_store.root() / "docker") == store
+        done = docker(hosts[1], "run", "--rm", "--network", "none", ref, "true")
+        assert done.returncode == 0, done.stderr
+    finally:
+        for host in hosts:
+            infra.lab.destroy_host(host.name)
