@@ -60,7 +60,16 @@ def settle_unstarted(job: JobRecord, statuses: list[NodeStatus]) -> list[NodeSta
                 settled[node.rank] = NodeStatus(state=JobState.UNKNOWN, reason=NO_AGENT,
                                                 never_started=True)  # fmt: skip
             else:
-                settled[node.rank] = last_json(node.cancel(STOP_GRACE_S).stdout)
+                answer = last_json(node.cancel(STOP_GRACE_S).stdout)
+                settled[node.rank] = (
+                    answer
+                    if answer.get("state")
+                    else NodeStatus(
+                        state=JobState.UNKNOWN,
+                        never_started=True,
+                        reason="its agent printed no status",
+                    )
+                )  # the agent's files were not whole: no start can run it
     finally:
         close_all([node.connection for node in nodes])
     return settled
