@@ -106,11 +106,15 @@ def stop_on_signals() -> Iterator[None]:
     one read and the next: the bytes shown and the offset recorded never disagree, so the
     next `logs -f` repeats nothing and misses nothing. (The `ssh` reading a log runs in a
     session of its own, so a Ctrl-C at the terminal does not cut its read short.) A second
-    signal stops at once. A signal this process was started ignoring stays ignored: under
+    signal stops at once. A hang-up this process was started ignoring stays ignored: under
     `nohup`, a closed terminal does not end the follow."""
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in stops}
-    previous = {sig: handler for sig, handler in previous.items() if handler != signal.SIG_IGN}
+    # Only a hang-up ignored from the start stays ignored (`nohup`). A shell starts a
+    # background command (`cmd &`, a script's job) with SIGINT ignored too, and a test or a
+    # supervisor that stops it with SIGINT still means it.
+    if previous[signal.SIGHUP] == signal.SIG_IGN:
+        del previous[signal.SIGHUP]
 
     def flag(signum: int, frame: object) -> None:
         if _stop_requested:
