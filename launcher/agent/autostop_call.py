@@ -18,8 +18,9 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 CALL_TIMEOUT_S = 30.0
 VAST_KEY, VAST_ID = "CONTAINER_API_KEY", "CONTAINER_ID"
@@ -70,11 +71,11 @@ def api_key(config: dict[str, Any]) -> str:
         try:
             key = Path(path).read_text().strip()
         except FileNotFoundError:
-            if config.get("provider") != "vast":
+            if not _calls(config).key_from_instance:
                 raise CallFailed(f"cannot read {path}: it is not there") from None
         except OSError as err:
             raise CallFailed(f"cannot read {path}: {err.strerror}") from None
-    if not key and config.get("provider") == "vast":  # onstart has not copied it (yet)
+    if not key and _calls(config).key_from_instance:  # onstart has not copied it (yet)
         key = _environ_file("/proc/1/environ", VAST_KEY) or ""
     if not key:
         raise CallFailed(f"no API key ({path or VAST_KEY} is empty or absent)")
@@ -88,18 +89,14 @@ def _instance(config: dict[str, Any]) -> str:
 def request_for(config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(method, url, body) of the call that ends this instance."""
     url, instance = str(config["api_url"]).rstrip("/"), _instance(config)
-    if config["provider"] == "lambda":
-        return "POST", f"{url}/instance-operations/terminate", {"instance_ids": [instance]}
-    if config["action"] == "stop":
-        return "PUT", f"{url}/instances/{instance}/", {"state": "stopped"}
-    return "DELETE", f"{url}/instances/{instance}/", {}
+    return _calls(config).end(url, instance, config["action"])
 
 
 def read_url(config: dict[str, Any]) -> str:
     """Where the cloud shows this one instance (Lambda GET /instances/{id}, Vast GET
     /instances/{id}/, which the instance's own key may read)."""
     url, instance = str(config["api_url"]).rstrip("/"), _instance(config)
-    return f"{url}/instances/{instance}" + ("" if config["provider"] == "lambda" else "/")
+    return _calls(config).read_url(url, instance)
 
 
 def _send(method: str, url: str, body: dict[str, Any] | None, key: str) -> tuple[int, str]:
@@ -144,28 +141,71 @@ def read_back(config: dict[str, Any]) -> tuple[bool, str]:
     stopped) instance. Anything else (another 404, a 401) raises CallFailed."""
     url = read_url(config)
     status, text = _send("GET", url, None, api_key(config))
-    answer = _json(text)
-    if config["provider"] == "lambda":
-        error = answer.get("error")
-        if status == 404 and isinstance(error, dict) and error.get("code") == LAMBDA_GONE:
-            return True, "gone (404 object-does-not-exist)"
-        found = answer.get("data") if status == 200 else None
-        if isinstance(found, dict) and found.get("status"):
-            return found["status"] in ("terminating", "terminated"), str(found["status"])
-    else:
-        if status == 404 and answer.get("error") == VAST_GONE:
-            return True, f"gone (404 {VAST_GONE})"
-        if status == 200 and "instances" in answer:
-            found = answer["instances"]
-            if found is None:
-                return True, "gone (no such instance)"
-            if isinstance(found, dict):
-                actual, intended = found.get("actual_status"), found.get("intended_status")
-                said = f"actual_status {actual}, intended_status {intended}"
-                if actual == "destroyed" or found.get("cur_state") == "unloaded":
-                    return True, said
-                return config["action"] == "stop" and "stopped" in (actual, intended), said
-    raise CallFailed(f"GET {url} answered {status}: {text[:300]}")
+    verdict = _calls(config).ended(status, _json(text), config["action"])
+    if verdict is None:
+        raise CallFailed(f"GET {url} answered {status}: {text[:300]}")
+    return verdict
+
+
+def _lambda_end(url: str, instance: str, action: str) -> tuple[str, str, dict[str, Any]]:
+    return "POST", f"{url}/instance-operations/terminate", {"instance_ids": [instance]}
+
+
+def _vast_end(url: str, instance: str, action: str) -> tuple[str, str, dict[str, Any]]:
+    if action == "stop":
+        return "PUT", f"{url}/instances/{instance}/", {"state": "stopped"}
+    return "DELETE", f"{url}/instances/{instance}/", {}
+
+
+def _lambda_ended(status: int, answer: dict[str, Any], action: str) -> tuple[bool, str] | None:
+    error = answer.get("error")
+    if status == 404 and isinstance(error, dict) and error.get("code") == LAMBDA_GONE:
+        return True, "gone (404 object-does-not-exist)"
+    found = answer.get("data") if status == 200 else None
+    if isinstance(found, dict) and found.get("status"):
+        return found["status"] in ("terminating", "terminated"), str(found["status"])
+    return None
+
+
+def _vast_ended(status: int, answer: dict[str, Any], action: str) -> tuple[bool, str] | None:
+    if status == 404 and answer.get("error") == VAST_GONE:
+        return True, f"gone (404 {VAST_GONE})"
+    if status == 200 and "instances" in answer:
+        found = answer["instances"]
+        if found is None:
+            return True, "gone (no such instance)"
+        if isinstance(found, dict):
+            actual, intended = found.get("actual_status"), found.get("intended_status")
+            said = f"actual_status {actual}, intended_status {intended}"
+            if actual == "destroyed" or found.get("cur_state") == "unloaded":
+                return True, said
+            return action == "stop" and "stopped" in (actual, intended), said
+    return None
+
+
+class CloudCalls(NamedTuple):
+    """One cloud's calls, as the watcher makes them: the end of the instance, where it is
+    read back, the cloud's word that it ended, and whether the instance's own environment
+    carries the key (Vast's CONTAINER_API_KEY)."""
+
+    end: Callable[[str, str, str], tuple[str, str, dict[str, Any]]]
+    read_url: Callable[[str, str], str]
+    ended: Callable[[int, dict[str, Any], str], tuple[bool, str] | None]
+    key_from_instance: bool
+
+
+CLOUD_CALLS = {
+    "lambda": CloudCalls(_lambda_end, lambda url, i: f"{url}/instances/{i}", _lambda_ended, False),
+    "vast": CloudCalls(_vast_end, lambda url, i: f"{url}/instances/{i}/", _vast_ended, True),
+}
+"""By the cloud the watcher's config names (`provider`): a new cloud is one entry here."""
+
+
+def _calls(config: dict[str, Any]) -> CloudCalls:
+    try:
+        return CLOUD_CALLS[str(config.get("provider"))]
+    except KeyError:
+        raise CallFailed(f"no calls for cloud {config.get('provider')!r}") from None
 
 
 def end_instance(config: dict[str, Any]) -> str:

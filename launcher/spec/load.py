@@ -231,14 +231,14 @@ def _explain_one(error: Any, origins: dict[Path_, str], filename: str) -> str:
         loc = cause.loc
     field_name = ".".join(map(str, loc)) or "(top level)"
     where = _origin_of(origins, loc, filename)
-    kind = error["type"]
+    error_type = error["type"]
     message = error["msg"].removeprefix("Value error, ")
-    if kind == "extra_forbidden":
+    if error_type == "extra_forbidden":
         known = _field_names(JobSpec, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(known)}"
         return f"{where}: {field_name}: unknown key; {hint}"
-    if kind == "missing":
+    if error_type == "missing":
         return f"{where}: {field_name}: required field is missing; add `{loc[-1]}:` to the spec"
     got = error.get("input")
     shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""

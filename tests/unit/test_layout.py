@@ -13,11 +13,7 @@ KIND_COMPARISON = re.compile(
 )
 """The project hook's pattern, and the `--on slurm:` test."""
 ALLOWED = ("launcher/targets/", "launcher/clouds/", "launcher/cli/")
-ELSEWHERE = {
-    "launcher/agent/autostop_call.py": "the host's own watcher calls its cloud's API from the "
-    "host, standard library only: it cannot import the cloud modules",
-    "launcher/spec/load.py": "pydantic's error kinds (`missing`, `extra_forbidden`), not a target",
-}
+ELSEWHERE: dict[str, str] = {}
 """Files the pattern matches for another reason, and why."""
 
 
