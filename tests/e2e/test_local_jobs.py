@@ -165,18 +165,24 @@ def test_cancel_stops_every_process_of_the_job(tmp_path: Path, state: dict[str, 
     assert not [p for p in tree if alive(p)]
 
 
-def test_status_says_lost_when_the_agent_and_job_are_killed(
-    tmp_path: Path, state: dict[str, str]
-) -> None:
-    """A host that reboots mid-job: status must say lost, not running."""
+def start_and_kill_everything(tmp_path: Path, state: dict[str, str], job_id: str) -> None:
+    """A one-node job that prints `up` and sleeps, then its supervisor, its program and
+    everything under it killed: what a host reboot or the OOM killer leaves."""
     spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
-    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "lost").returncode == 0
-    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "lost" / "node-0"
+    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", job_id).returncode == 0
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / job_id / "node-0"
     wait_for(lambda: b"up" in (node_dir / "job.log").read_bytes())
     status = json.loads((node_dir / "status.json").read_text())
     for pid in [status["supervisor_pid"], status["pid"], *descendants(status["pid"])]:
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not alive(status["supervisor_pid"]))
+
+
+def test_status_says_lost_when_the_agent_and_job_are_killed(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """A host that reboots mid-job: status must say lost, not running."""
+    start_and_kill_everything(tmp_path, state, "lost")
     assert status_of(state, "lost")["state"] == "lost"
 
 
@@ -186,14 +192,7 @@ def test_a_cancel_of_a_lost_job_under_recovery_is_the_users_word(
     """A recovery controller restarts a job whose node reads `lost`: a user's cancel in
     between must be recorded `cancelled` (the controller's word to make no restart and end
     the hosts), not `lost` as an ended node's answer would record it."""
-    spec = write_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
-    assert gpujob(state, "submit", str(spec), "--detach", "--job-id", "rec").returncode == 0
-    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / "rec" / "node-0"
-    wait_for(lambda: b"up" in (node_dir / "job.log").read_bytes())
-    status = json.loads((node_dir / "status.json").read_text())
-    for pid in [status["supervisor_pid"], status["pid"], *descendants(status["pid"])]:
-        os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not alive(status["supervisor_pid"]))
+    start_and_kill_everything(tmp_path, state, "rec")
     script = "from launcher.state.recovery import RecoveryDB; RecoveryDB().add('rec', {}, 2)"
     done = subprocess.run([sys.executable, "-c", script], env=state, check=False,
                           capture_output=True, text=True)  # fmt: skip
