@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from labtools import LONG_JOB, SSHHost, follow_through_cuts
+from labtools import LONG_JOB, SSHHost, follow_through_cuts, with_lab_s3
 
 from launcher.agent.agent_os import alive, descendants
 
@@ -347,16 +347,7 @@ def test_a_submit_killed_at_any_point_leaves_no_secret_on_the_host(
     from infra.lab import boot, s3
 
     secret = "gj-token-value-never-in-a-file-5e1"
-    bucket = s3.create_bucket()
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "config.yaml").write_text(
-        f"remotes:\n  lab:\n    provider: Other\n    endpoint: {s3.endpoint()}\n"
-        f"    host_endpoint: {s3.endpoint(for_hosts=True)}\n    bucket: {bucket}\n"
-        "    access_key_env: GJ_LAB_KEY\n    secret_key_env: GJ_LAB_SECRET\n"
-    )
-    env = dict(env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY,
-               GJ_LAB_SECRET=s3.SECRET_KEY, GJ_KILL_TOKEN=secret)  # fmt: skip
+    env = dict(with_lab_s3(env, tmp_path), GJ_KILL_TOKEN=secret)
     (tmp_path / "work").mkdir()
     spec = tmp_path / "job.yaml"
     spec.write_text(
