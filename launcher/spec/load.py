@@ -178,21 +178,26 @@ def _apply_profile(
     overrides = profiles[profile] or {}
     if not isinstance(overrides, dict):
         raise UsageError(f"{filename}: profiles.{profile} must be a mapping of overrides")
-    _deep_merge(merged, overrides, ("profiles", profile), (), origins)
+    from launcher.spec.yaml_lines import under
+
+    src = ("profiles", profile)
+    _deep_merge(merged, overrides, src, (), origins, under(origins))
     return merged
 
 
 def _deep_merge(
-    base: dict[str, Any], extra: dict[str, Any], src: Path_, dst: Path_, origins: dict[Path_, str]
-) -> None:
+    base: dict[str, Any], extra: dict[str, Any], src: Path_, dst: Path_,
+    origins: dict[Path_, str], index: dict[Path_, list[Path_]],
+) -> None:  # fmt: skip
+    """`extra` (the profile at `src`) over `base` (at `dst`); each overriding value's lines
+    are recorded at its new place, found through `index` (the profile's paths by prefix)."""
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value, (*src, key), (*dst, key), origins)
+            _deep_merge(base[key], value, (*src, key), (*dst, key), origins, index)
             continue
         base[key] = copy.deepcopy(value)
-        for loc, where in list(origins.items()):
-            if loc[: len(src) + 1] == (*src, key):
-                origins[(*dst, key, *loc[len(src) + 1 :])] = where
+        for loc in index.get((*src, key), ()):
+            origins[(*dst, key, *loc[len(src) + 1 :])] = origins[loc]
 
 
 def _origin_of(origins: dict[Path_, str], loc: Path_, default: str) -> str:

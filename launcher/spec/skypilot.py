@@ -24,7 +24,7 @@ from launcher.spec.job import JobSpec, reserved_env
 from launcher.spec.sky_file_mounts import sky_file_mounts, sky_path
 from launcher.spec.sky_resources import sky_resources
 from launcher.spec.sky_unsupported import git_workdir, sky_config
-from launcher.spec.yaml_lines import Path_
+from launcher.spec.yaml_lines import Path_, under
 
 SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", "secrets",
             "event_callback", "managed_secrets", "api_server_access"}  # fmt: skip
@@ -167,6 +167,8 @@ class _Reader:
     """`submit --up GPU`: a task's candidate of that GPU is taken (sky_resources.py)."""
     null_secrets: list[str] = field(default_factory=list)
     """`NAME: null` envs taken from this environment: secrets."""
+    _under: dict[Path_, list[Path_]] | None = None
+    """The task's paths by prefix (yaml_lines.under), made on first use."""
 
     def where(self, *loc: str) -> str:
         for end in range(len(loc), 0, -1):
@@ -194,8 +196,10 @@ class _Reader:
         where = self.where(*map(str, src)) if given else self.filename
         self.out.origins[dst] = where
         if given:  # the lines inside it too (`envs.NAME`), for a later check's line
-            self.out.origins.update({(*dst, *loc[len(src):]): at for loc, at in
-                                     self.origins.items() if loc[: len(src)] == src})  # fmt: skip
+            if self._under is None:
+                self._under = under(self.origins)
+            self.out.origins.update({(*dst, *loc[len(src):]): self.origins[loc]
+                                     for loc in self._under.get(tuple(src), ())})  # fmt: skip
         shown = value if not isinstance(value, str) or "\n" not in value else "(shell block)"
         shown = "null" if value is None else shown
         names = ".".join(map(str, src)) if given else f"(no {'.'.join(map(str, src))})"

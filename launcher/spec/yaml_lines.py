@@ -213,6 +213,16 @@ def record_lines(node: yaml.Node, loc: Path_, lines: dict[Path_, int]) -> None:
             record_lines(item, (*loc, index), lines)
 
 
+def under(origins: dict[Path_, str]) -> dict[Path_, list[Path_]]:
+    """Every recorded path by each of its prefixes: what lies under a key, found in one
+    lookup instead of a scan of every path (a file of many keys would take their square)."""
+    index: dict[Path_, list[Path_]] = {}
+    for loc in origins:
+        for end in range(1, len(loc) + 1):
+            index.setdefault(loc[:end], []).append(loc)
+    return index
+
+
 def dotted(lines: dict[Path_, int]) -> dict[str, int]:
     """The same lines keyed `requirements.3`, as pydantic locations print."""
     return {".".join(map(str, loc)): line for loc, line in lines.items() if loc}
