@@ -130,6 +130,7 @@ def run_script(node: NodeContext) -> str:
         unset=unset_names(spec),
         path_prefix=python_dir if _venv_python(node.python) else None,
         hidden_path=list(node.target.hidden_path),
+        sandbox=node.target.sandbox,
         memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
         workdir=f"{node.job_dir}/workdir",
         setup=f"{node.node_dir}/setup.sh" if spec.setup else None,

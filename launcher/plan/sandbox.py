@@ -33,10 +33,12 @@ CONTAINER_ROOT = "container-root"
 MAKE_HOME = 'mkdir -p "$@" && ln -sfn ../workdir "$1/sky_workdir"'
 PIP_SCRIPT = "import sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
 # Run by the host's python3: a .pth line per site dir of its own (a venv's too, which
-# --system-site-packages alone would not show), added after the job's venv's own.
+# --system-site-packages alone would not show) and the user's own (`pip install --user`:
+# read, never written, by the job's pip), added after the job's venv's own.
 HOST_SITES = (
     "import site\n"
-    'print("".join(f"import site; site.addsitedir({p!r})\\n" for p in site.getsitepackages()))'
+    "sites = site.getsitepackages() + [site.getusersitepackages()] * bool(site.ENABLE_USER_SITE)\n"
+    'print("".join(f"import site; site.addsitedir({p!r})\\n" for p in sites))'
 )
 PURELIB = 'import sysconfig; print(sysconfig.get_path("purelib"))'
 

@@ -308,3 +308,25 @@ def test_a_container_image_without_docker_is_one_line(tmp_path: Path, home: Path
         "does not answer on this machine"
     ), done.stderr
     assert not (tmp_path / "state" / "jobs").exists()
+
+
+def test_pip_settings_that_install_elsewhere_and_the_ssh_agent_stay_out(
+    tmp_path: Path, home: Path
+) -> None:
+    """`PIP_USER=1` in the user's shell would make the job's `pip install` write into the
+    user's ~/.local (or fail inside the job's venv); the user's ssh-agent is theirs."""
+    task = home / "task"
+    task.mkdir()
+    (task / "job.yaml").write_text(
+        "name: envs\nimage: host\nrun: |\n"
+        "  for name in PIP_USER PIP_TARGET PIP_PREFIX PYTHONUSERBASE SSH_AUTH_SOCK; do\n"
+        '    echo "$name=${!name-unset}"\n'
+        "  done\n"
+    )
+    env = env_for(tmp_path, home, PIP_USER="1", PIP_TARGET=str(home / "t"),
+                  PIP_PREFIX=str(home / "p"), PYTHONUSERBASE=str(home / ".local"),
+                  SSH_AUTH_SOCK=str(home / "agent.sock"))  # fmt: skip
+    done = submit(task, env, "job.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("PIP_USER", "PIP_TARGET", "PIP_PREFIX", "PYTHONUSERBASE", "SSH_AUTH_SOCK"):
+        assert f"{name}=unset" in done.stdout, done.stdout
