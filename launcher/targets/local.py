@@ -71,6 +71,36 @@ def local_target(
     )
 
 
+SYSTEM_FOLDERS = frozenset(
+    ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+     "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var")
+)  # fmt: skip
+
+
+def checkpoints_dir_allowed(folder: str, where: str) -> None:
+    """An absolute `checkpoints.dir` on the user's own machine is the job's to write, to
+    prune (`keep_last` deletes `checkpoint-N` folders there) and, in a container, to mount
+    read-write: a system folder, the home itself, a folder above it, or one holding
+    gpujob's own state is refused in one line."""
+    if not folder.startswith("/"):
+        return
+    path = Path(folder).resolve()
+    home = Path.home().resolve()
+    ours = [state_dir().resolve(), cache_dir().resolve()]
+    if (
+        str(path) in SYSTEM_FOLDERS
+        or path == home
+        or path in home.parents
+        or any(path == mine or path in mine.parents for mine in ours)
+    ):
+        raise UsageError(
+            f"{where}: checkpoints.dir: {folder} is not the job's own folder (a system folder, "
+            "your home, or one holding gpujob's state): the job prunes checkpoint-N folders "
+            "there and a container mounts it read-write",
+            "give a folder for this job's checkpoints, e.g. /data/ckpt/NAME or ~/ckpt/NAME",
+        )
+
+
 def local_connections() -> dict[str, Connection]:
     from launcher.remote.local import LocalConnection  # looked up now: tests stand in for it
 
@@ -99,6 +129,7 @@ class LocalTarget(HostsTarget):
         from launcher.targets.placement import Placement
 
         spec, loaded = job.loaded.spec, job.loaded
+        checkpoints_dir_allowed(spec.checkpoints.dir, loaded.where("checkpoints", "dir"))
         layout = local_target(spec, job.image, request.runtime, loaded.where("image"))
         return Placement(layout, dict(local_connections()), list(layout.hosts)), job.image
 

@@ -293,3 +293,25 @@ def test_a_damaged_job_row_is_one_line_naming_db_and_job(gpujob: Callable) -> No
     assert result.exit_code == 1, result
     assert result.stderr.startswith(f"gpujob: error: {db.path}: job t-2: its record cannot be")
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("folder", ["/etc", "/home", "~", "/", "STATE"])
+def test_a_local_checkpoints_dir_that_is_not_the_jobs_own_is_one_line(
+    gpujob, tmp_path: Path, folder: str
+) -> None:
+    """The job prunes checkpoint-N folders in its checkpoints.dir and a local container mounts
+    it read-write: a system folder, the home, or gpujob's own state is refused."""
+    import os
+
+    chosen = {"~": os.path.expanduser("~"), "STATE": os.environ["GPUJOB_STATE_DIR"]}.get(
+        folder, folder
+    )
+    (tmp_path / "w").mkdir()
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        f"name: c\nimage: host\nworkdir: w\nrun: echo hi\ncheckpoints:\n  dir: {chosen}\n"
+    )
+    result = gpujob("submit", str(spec), "--dry-run")
+    assert result.exit_code == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "checkpoints.dir" in result.stderr and "Traceback" not in result.stderr
