@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import KEY_ID, SECRET, s3_keys, wait_until
 
-from launcher.spec.job import CheckpointSpec
+from launcher.spec.checkpoints import CheckpointSpec
 
 SAVER = """\
 import os, sys, time
