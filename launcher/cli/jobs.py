@@ -156,9 +156,12 @@ def status(as_json: bool, limit: int) -> None:
     from launcher.state.hosts import host_rows
     from launcher.targets.cloud.autostop import with_autostop
     from launcher.targets.cloud.cost import budget_warnings
-    from launcher.targets.cloud.reconcile import for_status
 
-    unverified = for_status()  # the hosts db squared with each cloud first
+    unverified: set[str] = set()
+    if host_rows():  # the hosts db squared with each cloud first (none recorded: no import)
+        from launcher.targets.cloud.reconcile import for_status
+
+        unverified = for_status()
     rows, hosts = status_rows(limit), with_autostop(host_rows())
     for host in hosts:
         host["verified"] = host["provider"] not in unverified

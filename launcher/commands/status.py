@@ -46,11 +46,11 @@ class JobRow(TypedDict, total=False):
 
 def status_rows(limit: int = 20) -> list[JobRow]:
     """Jobs, newest first, refreshed from their agents."""
-    from launcher.supervise.recover import status_note
-
     db = StateDB()
     rows: list[JobRow] = []
     for job in db.jobs(limit):
+        from launcher.supervise.recover import status_note  # only with a job to show
+
         state, code, last = job.state, job.exit_code, job.last_line
         nodes: list[NodeRow] = [{"rank": rank, "state": state}
                                 for rank in range(len(job.node_dirs))]  # fmt: skip

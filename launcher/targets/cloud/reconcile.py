@@ -187,7 +187,6 @@ def for_status(db: HostsDB | None = None) -> set[str]:
     ended instead of running on at a growing cost. Returns the clouds that did not answer:
     their rows are shown `unverified`, and status goes on. One try each, within
     STATUS_TIMEOUT_S (http.quick_calls): a cloud that hangs does not hold `status` up."""
-    from launcher.clouds.http import quick_calls
     from launcher.clouds.registry import CLOUDS, get_provider
     from launcher.errors import GpujobError
     from launcher.say import say
@@ -195,6 +194,8 @@ def for_status(db: HostsDB | None = None) -> set[str]:
     db = db or HostsDB()
     unanswered = set()
     for name in sorted({host.provider for host in db.hosts()} & set(CLOUDS)):
+        from launcher.clouds.http import quick_calls  # requests: only with a cloud to ask
+
         try:
             with quick_calls(STATUS_TIMEOUT_S):
                 found = reconcile(get_provider(name), db)
