@@ -88,11 +88,16 @@ def add(ref: str, image_id: str) -> None:
 
 
 def dockerd_argv() -> list[str]:
+    """The store's dockerd runs in the machine's own network namespace (it pulls from the
+    lab's registry over the bridge), so it is given the lab's bridge as its default network:
+    a dockerd started with `--bridge=none` deletes the namespace's `docker0`, and in the
+    machine's namespace that is the machine's dockerd's (every `docker build` with a RUN
+    step then failed: "could not find bridge docker0")."""
     folder = root()
     return [
         "dockerd", "--data-root", str(folder / "docker"), "--exec-root", str(folder / "exec"),
         "--pidfile", str(folder / "dockerd.pid"), "-H", f"unix://{folder / 'docker.sock'}",
-        "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
+        "--bridge", naming.bridge(), "--iptables=false", "--ip-forward=false", "--ip-masq=false",
         "--insecure-registry", f"{naming.bridge_address()}:5000",
     ]  # fmt: skip
 

@@ -55,3 +55,28 @@ def test_a_fresh_host_starts_with_the_lab_image_and_keeps_its_writes_to_itself(l
     finally:
         for host in hosts:
             infra.lab.destroy_host(host.name)
+
+
+def test_the_stores_dockerd_leaves_the_machines_docker0_alone(lab) -> None:
+    """The store's dockerd lives in the machine's own network namespace: a dockerd started
+    there with `--bridge=none` deletes `docker0`, and every `docker build` with a RUN step on
+    the machine then fails ("could not find bridge docker0"). Pulling an image into the store
+    (its dockerd started and stopped) keeps the bridge."""
+    import json
+    import subprocess
+
+    from infra.lab import image_store
+
+    def docker0() -> bool:
+        return subprocess.run(["ip", "link", "show", "docker0"], capture_output=True,
+                              check=False).returncode == 0  # fmt: skip
+
+    if not docker0():
+        pytest.fail("the machine's dockerd has no docker0 before the test")
+    ref = base_image_ref()
+    held = image_store.held()
+    held.pop(ref, None)  # forget it: the next add starts the store's dockerd and pulls again
+    (image_store.root() / "images.json").write_text(json.dumps(held))
+    image_store.add(ref, "refilled-by-the-test")
+    assert ref in image_store.held()
+    assert docker0(), "the store's dockerd deleted the machine's docker0"
