@@ -129,10 +129,9 @@ def test_a_job_runs_in_a_container_streams_byte_for_byte_and_leaves_nothing(
     )
     host_log = docker_lab.job_log(0, "dock-ok")
     assert b"in container: True\n" in host_log and b"secret seen: True\n" in host_log
-    # a progress bar reads as its last state; everything else is the host's file byte for byte
-    assert done.stdout == host_log.replace(
-        b"progress 10%\rprogress 50%\rprogress 100%", b"progress 100%"
-    )
+    # into a pipe the log is the host's file byte for byte, a progress bar's \r included
+    # (a terminal is shown the bar's last state)
+    assert done.stdout == host_log
     assert done.stdout.endswith(b"line 2999\nno newline at the end")
     assert SECRET not in stderr and SECRET.encode() not in done.stdout
     node = docker_lab.node_dir(0, "dock-ok", 0)
