@@ -57,10 +57,12 @@ def alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    return True
+    try:  # a zombie is not alive; a process that ended between the two reads is not either
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True  # no /proc to read (not Linux): os.kill's word stands
 
 
 class Proc(NamedTuple):
