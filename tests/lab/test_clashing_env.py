@@ -60,7 +60,8 @@ SHOW = (
     "import os, sys\n"
     f"names = {set(CLASH)!r}\n"
     "rank = os.environ.get('LOCAL_RANK', '-')\n"
-    "print(f'{sys.argv[1]} {rank}: set {sorted(names & set(os.environ))}', flush=True)\n"
+    "line = f'{sys.argv[1]} {rank}: set {sorted(names & set(os.environ))}\\n'\n"
+    "os.write(1, line.encode())  # one write: two ranks share the pipe (unbuffered print splits)\n"
 )
 SHELL_LINE = (
     "echo \"shell -: set [$(env | grep -oE '^(ROCR_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES|MY_NAME)='"
