@@ -5,7 +5,10 @@ Runs are interleaved (baseline, help, status, baseline, ...) so load on the mach
 three alike; medians of N runs; ratios printed. Also lists which heavy modules each command
 imported, which must be none (click alone is allowed).
 
-    .venv/bin/python bench/cli_startup.py [--runs 9]
+    .venv/bin/python bench/cli_startup.py [--runs 9] [--jobs 10000]
+
+`--jobs N` first records N ended jobs in the bench's state (through the state db's own
+`add_job`), so `status` is measured over a long history (issue 32: 10,000 jobs, under 4x).
 """
 
 from __future__ import annotations
@@ -42,10 +45,14 @@ def heavy_imports(python: str, args: list[str], env: dict[str, str]) -> list[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--jobs", type=int, default=0, help="ended jobs recorded first")
     args = parser.parse_args()
     python = sys.executable
     gpujob = str(Path(python).with_name("gpujob"))
     env = dict(os.environ, GPUJOB_STATE_DIR=tempfile.mkdtemp(prefix="gpujob-bench-"))
+    if args.jobs:
+        record_history(Path(env["GPUJOB_STATE_DIR"]), args.jobs)
+        print(f"state: {args.jobs} ended jobs recorded")
     commands = {
         "python -c pass": [python, "-c", "pass"],
         "gpujob --help": [gpujob, "--help"],
@@ -68,6 +75,21 @@ def main() -> None:
     from launcher.remote.openssh import close_state
 
     close_state(Path(env["GPUJOB_STATE_DIR"]))
+
+
+def record_history(state: Path, count: int) -> None:
+    """`count` ended local jobs, a second apart, as `submit` records them."""
+    from launcher.state.db import JobRecord, StateDB
+
+    db = StateDB(state / "state.db")
+    began = time.time() - count
+    for n in range(count):
+        folder = str(state / "jobs" / f"hist-{n}")
+        db.add_job(JobRecord(
+            id=f"hist-{n:05d}", name="hist", spec_path="job.yaml", provider="local",
+            runtime="bare", hosts=["local"], node_dirs=[folder], state="succeeded",
+            exit_code=0, created_at=began + n, ended_at=began + n + 0.5, last_line="done",
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     starter TEXT,
     unconfirmed INTEGER
 );
+CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (created_at);
+CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs (name, created_at);
 CREATE TABLE IF NOT EXISTS log_offsets (
     job_id TEXT NOT NULL,
     node INTEGER NOT NULL,
@@ -196,14 +198,18 @@ class StateDB:
         return [_record(row, self.path) for row in rows]
 
     def job(self, reference: str) -> JobRecord | None:
-        """By id, unique id prefix, or name (the newest job of that name)."""
+        """By id, unique id prefix, or name (the newest job of that name). Each lookup uses
+        an index: `status` asks once per job it shows, over however long a history."""
         with self._connect() as conn:
-            rows = conn.execute(
-                SELECT_JOBS + " WHERE id = ? OR id LIKE ? OR name = ?"
-                " ORDER BY (id = ?) DESC, created_at DESC",
-                (reference, reference + "%", reference, reference),
-            ).fetchall()
-        return _record(rows[0], self.path) if rows else None
+            row = conn.execute(SELECT_JOBS + " WHERE id = ?", (reference,)).fetchone()
+            if row is None and reference:
+                after = reference[:-1] + chr(ord(reference[-1]) + 1)  # ids with the prefix
+                row = conn.execute(
+                    SELECT_JOBS + " WHERE id >= ? AND id < ? OR name = ?"
+                    " ORDER BY created_at DESC LIMIT 1",
+                    (reference, after, reference),
+                ).fetchone()
+        return _record(row, self.path) if row else None
 
     def offset(self, job_id: str, node: int) -> int:
         with self._connect() as conn:

@@ -17,13 +17,13 @@ from launcher.paths import cache_dir, envs_dir, state_dir
 from launcher.plan.model import NodeLayout
 from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus
-from launcher.spec.image import ImageDefinition
-from launcher.spec.job import JobSpec
 from launcher.state.db import JobRecord
 from launcher.targets.base import JobInput, LaunchRequest, Node, Traits
 from launcher.targets.hosts import HostsTarget
 
 if TYPE_CHECKING:
+    from launcher.spec.image import ImageDefinition
+    from launcher.spec.job import JobSpec
     from launcher.targets.placement import Placement
 
 HOST = "local"
