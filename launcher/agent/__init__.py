@@ -39,6 +39,7 @@ AUTOSTOP_SOURCES = {
     "autostop_call.py": str(Path(__file__).with_name("autostop_call.py")),
     "autostop_busy.py": str(Path(__file__).with_name("autostop_busy.py")),
     "agent_os.py": str(AGENT_OS_SOURCE),
+    "gpujob-keep.py": str(Path(__file__).with_name("keep.py")),  # --keep-on-failure's arming
 }
 """What `up --autostop` ships to a host, by the name each has there (siblings keep theirs)."""
 

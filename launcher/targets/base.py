@@ -84,6 +84,8 @@ class LaunchRequest:
     """`--env K=V`, `--env K` (from this environment), `--env-file` lines (spec/env_flags.py)."""
     secrets: tuple[str, ...] = ()
     """`--secret K[=V]`: names only; the values are in this process's environment."""
+    keep_on_failure: str | None = None
+    """`--keep-on-failure 30m`: a failed job's rented hosts stay up this long (spec/keep.py)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ class Started:
     first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None
     kept: list[str] = field(default_factory=list)
     policy: Policy | None = None
+    keep_s: float | None = None
+    """How long its rented hosts stay up if it fails (`--keep-on-failure`), else None."""
 
     def close(self) -> None:
         close_all(list(self.opened.values()))
