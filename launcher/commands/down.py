@@ -79,11 +79,11 @@ def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
     """`down JOB`: the hosts rented for the job (a kept failed job's, say), by name; None
     when `reference` names a host (a host's name wins) or no job with rented hosts."""
     from launcher.remote.hosts import HostEntry
-    from launcher.state.db import StateDB
+    from launcher.state.readonly import JobsView
 
     if db.host(reference) is not None:
         return None
-    job = StateDB().job(reference)
+    job = JobsView().job(reference)  # a look: `down --dry-run` writes nothing
     if job is None:
         return None
     names = {HostEntry.from_record(record).name for record in job.hosts}

@@ -56,7 +56,7 @@ def _job(on: str, node: int | None) -> JobRecord | None:
     """The job `on` names, unless it names a host (hosts.yaml, user@addr, a rented host):
     a host's name wins, as before jobs could be named here; with --node only a job will do."""
     from launcher.remote.hosts import hosts_file, parse_hosts, rented_host
-    from launcher.state.db import StateDB
+    from launcher.state.readonly import JobsView
 
     if node is None:
         path = hosts_file()
@@ -64,7 +64,7 @@ def _job(on: str, node: int | None) -> JobRecord | None:
             return None
         if ":" not in on and rented_host(on) is not None:
             return None
-    job = StateDB().job(on)
+    job = JobsView().job(on)  # a look: no state db made for an address
     if job is None and node is not None:
         raise UsageError(f"no job `{on}`", "`gpujob status` lists the jobs; --node goes with one")
     return job

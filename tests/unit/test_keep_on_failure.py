@@ -187,3 +187,19 @@ def test_past_its_hard_end_the_watcher_ends_the_host_even_while_busy(tmp_path: P
     Config.write(tmp_path, idle_s=1800, until=time.time() + 600)
     watcher.load()
     assert watcher.look() is False and watcher.in_use() == "a command in an SSH session"
+
+
+def test_a_keep_rents_hosts_that_have_an_end_from_their_bootstrap_on(
+    clouds: dict[str, RunningFake], gpujob: Callable, tmp_path: Path
+) -> None:
+    """No `resources.autostop` in the spec: the keep window is the hosts' autostop from the
+    rent on, so a Ctrl-C before the keep is armed still leaves every host an end."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: t\nimage: host\nworkdir: work\nrun: {entrypoint: train.py}\n")
+    result = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu", "--autostop-key-on-host",
+                    "--keep-on-failure", "45m", "--dry-run")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "would install a watcher on each host that terminates it after 45m" in result.stderr
+    assert calls(clouds["lambda"], "launch") == []
