@@ -125,9 +125,10 @@ def _keep_if_failed(db: StateDB, job_id: str, window_s: float) -> None:
 
     job = db.job(job_id)
     if job is not None and keeps_hosts(job.state, window_s):
+        from launcher.jobs.keep import failed_node
         from launcher.targets.cloud.keep import keep_failed
 
-        keep_failed(job, window_s, say)
+        keep_failed(job, window_s, say, failed_node(job))
 
 
 def _hosts_stay(db: StateDB, job_id: str, hosts: list[str]) -> None:

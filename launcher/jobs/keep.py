@@ -9,6 +9,8 @@ ends as it would without the flag.
 
 from __future__ import annotations
 
+from launcher.errors import GpujobError
+from launcher.state.db import JobRecord
 from launcher.state.job_states import NODE_FAILURES
 
 KEPT_FOLDER = "kept"
@@ -18,3 +20,19 @@ KEPT_FOLDER = "kept"
 def keeps_hosts(state: str | None, window_s: float | None) -> bool:
     """True when a job that ended in `state` keeps its hosts for `window_s` seconds."""
     return bool(window_s) and state in NODE_FAILURES
+
+
+def failed_node(job: JobRecord) -> int:
+    """The node that failed first, as its agents recorded it (the one to look at first);
+    node 0 when none answers."""
+    if len(job.node_dirs) < 2:
+        return 0
+    from launcher.jobs.state import first_failed
+    from launcher.targets.base import target_for
+
+    try:
+        statuses = target_for(job).statuses(job)
+    except (GpujobError, OSError):
+        return 0
+    found = first_failed(statuses) if statuses else None
+    return found or 0

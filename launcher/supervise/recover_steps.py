@@ -106,10 +106,11 @@ def keep_or_terminate(job: JobRecord, state: str, request: dict[str, Any]) -> bo
             window = keep_window(request.get("keep_on_failure"),
                                  load_requested(request).spec.keep_on_failure)  # fmt: skip
     if keeps_hosts(state, window):
+        from launcher.jobs.keep import failed_node
         from launcher.targets.cloud.keep import keep_failed
 
         assert window is not None
-        if keep_failed(job, window, say):
+        if keep_failed(job, window, say, failed_node(job)):
             return True
     terminate_hosts(job, f"job {job.id} {state}")
     return False

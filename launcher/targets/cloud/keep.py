@@ -56,9 +56,11 @@ def window_cost(job: JobRecord, window_s: float) -> str | None:
     return f"${total:.2f}"
 
 
-def keep_failed(job: JobRecord, window_s: float, say: Callable[[str], None]) -> list[str]:
+def keep_failed(job: JobRecord, window_s: float, say: Callable[[str], None],
+                failed: int | None = None) -> list[str]:  # fmt: skip
     """Arm every host of the failed job for `window_s`; the hosts armed. Never raises for a
-    host that cannot be reached: its rent-time watcher still ends it, which is said."""
+    host that cannot be reached: its rent-time watcher still ends it, which is said.
+    `failed`: the node that failed first, the one the user is pointed at."""
     from launcher.remote.base import Connection
     from launcher.spec.limits import show_duration
     from launcher.state.hosts import HostsDB
@@ -96,8 +98,8 @@ def keep_failed(job: JobRecord, window_s: float, say: Callable[[str], None]) -> 
         close_all(list(opened.values()))
     if armed:
         at = time.strftime("%H:%M:%S", time.localtime(min(ends)))
-        failed = _failed_node(job)
-        for line in how_to_look(job.id, failed, show_duration(window_s), at,
+        node = failed if len(job.node_dirs) > 1 else None
+        for line in how_to_look(job.id, node, show_duration(window_s), at,
                                 window_cost(job, window_s)):  # fmt: skip
             say(line)
     return armed
@@ -116,14 +118,3 @@ def how_to_look(job_id: str, node: int | None, window: str, ends_at: str,
                  "running)")  # fmt: skip
     lines.append(f"  end it now: gpujob down {job_id}")
     return lines
-
-
-def _failed_node(job: JobRecord) -> int | None:
-    """The node to get into first on a multi-node job: the one that failed first, as the
-    job's record says (`node K: ...` in its last line), else node 0."""
-    import re
-
-    if len(job.node_dirs) < 2:
-        return None
-    found = re.match(r"^node (\d+)\b", job.last_line or "")
-    return int(found.group(1)) if found else 0
