@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -30,12 +29,11 @@ from typing import Any
 if __name__ == "__main__":
     sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
-from agent_os import descendants, processes, read_json, start_ticks, write_json
+from agent_os import read_json, write_json
+from hung import KEPT, dump, py_spy, running
 
 CONFIG, WATCHER = "config.json", "gpujob-autostop.py"
-KEPT = "kept"  # jobs/keep.py KEPT_FOLDER
 CORE = re.compile(r"^core(\.\d+)?$")
-DUMP_TIMEOUT_S = 30.0
 MAX_DEPTH = 4
 
 
@@ -68,53 +66,26 @@ def cores(node_dir: Path) -> list[str]:
     return sorted(found)
 
 
-def job_processes(leader: int) -> list[int]:
-    """The job's processes still alive: its process group (the agent starts run.sh as its
-    leader) and everything under it (torchrun's workers have groups of their own). A rank
-    that hung while another failed is one of them."""
-    table = processes()
-    tree = {leader, *descendants(leader, table)}
-    return sorted(p.pid for p in table.values()
-                  if p.state != "Z" and (p.pgid == leader or p.pid in tree))  # fmt: skip
-
-
-def py_spy() -> str | None:
-    return shutil.which("py-spy") or next(
-        (str(p) for p in (Path.home() / ".local/bin/py-spy",) if p.exists()), None)  # fmt: skip
-
-
-def dump(spy: str, pid: int, into: Path) -> str:
-    """`py-spy dump --pid PID` into its own file; what went wrong, in words, otherwise."""
-    out = into / f"py-spy-{pid}.txt"
-    try:
-        done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=DUMP_TIMEOUT_S)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"pid {pid}: py-spy failed ({err})"
-    out.write_text(done.stdout + done.stderr)
-    return f"pid {pid}: {out.name}" + ("" if done.returncode == 0 else " (py-spy: not Python?)")
-
-
 def look(node_dir: Path) -> dict[str, Any]:
     """What the node left: its recorded end, its core files, dumps of what still runs."""
     status = read_json(node_dir / "status.json")
     into = node_dir / KEPT
     into.mkdir(exist_ok=True)
-    group = status.get("pid")
-    same = isinstance(group, int) and status.get("pid_start") in (None, start_ticks(group))
-    running = job_processes(int(group)) if same else []  # a reused pid is not the job's
+    before = sorted(p.name for p in into.glob("py-spy-*.txt"))  # taken before its stop
+    alive = running(status)
     spy = py_spy()
-    dumps = [dump(spy, pid, into) for pid in running] if spy else []
+    dumps = [dump(spy, pid, into) for pid in alive] if spy else []
     found = cores(node_dir)
     lines = [f"node {node_dir.name}: {status.get('state')} (exit code {status.get('exit_code')})",
              f"last line: {status.get('last_line') or '-'}", f"log: {node_dir / 'job.log'}",
              f"core files: {', '.join(found) if found else 'none found'}",
              "processes of the job still running: "
-             + (", ".join(map(str, running)) if running else "none"),
+             + (", ".join(map(str, alive)) if alive else "none"),
              ("py-spy dumps: " + ("; ".join(dumps) or "-")) if spy else
-             "py-spy dumps: py-spy is not installed on this host"]  # fmt: skip
+             "py-spy dumps: py-spy is not installed on this host",
+             f"dumps from before gpujob stopped it: {', '.join(before) or 'none'}"]  # fmt: skip
     (into / "README.txt").write_text("\n".join(lines) + "\n")
-    return {"node_dir": str(node_dir), "cores": found, "running": running, "dumps": dumps,
+    return {"node_dir": str(node_dir), "cores": found, "running": alive, "dumps": dumps,
             "py_spy": bool(spy)}  # fmt: skip
 
 

@@ -95,7 +95,13 @@ def _after_start(request: LaunchRequest, started: Started) -> int:
     from launcher.supervise.watch import follow_job
 
     try:
-        code = follow_job(job, follow=True, opened=started.opened, first_reads=started.first_reads)
+        code = follow_job(
+            job,
+            follow=True,
+            opened=started.opened,
+            first_reads=started.first_reads,
+            dump_hung=bool(kept and started.keep_s),
+        )  # kept: its ranks dumped first
     finally:
         if kept:
             _hosts_stay(db, job.id, kept)

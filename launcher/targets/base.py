@@ -164,11 +164,12 @@ class Node:
         except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a handshake cut off
             return None
 
-    def cancel_argv(self, grace_s: float) -> list[str]:
-        return agent_argv(self.agent_python, self.node_dir, "cancel", f"{grace_s:g}")
+    def cancel_argv(self, grace_s: float, dump_first: bool = False) -> list[str]:
+        extra = ["--dump-first"] if dump_first else []  # py-spy dumps of its ranks (agent/hung.py)
+        return agent_argv(self.agent_python, self.node_dir, "cancel", f"{grace_s:g}", *extra)
 
-    def cancel(self, grace_s: float) -> Result:
-        return self.connection.run(self.cancel_argv(grace_s))
+    def cancel(self, grace_s: float, dump_first: bool = False) -> Result:
+        return self.connection.run(self.cancel_argv(grace_s, dump_first))
 
 
 @dataclass(frozen=True)

@@ -203,3 +203,33 @@ def test_a_keep_rents_hosts_that_have_an_end_from_their_bootstrap_on(
     assert result.exit_code == 0, result.stderr
     assert "would install a watcher on each host that terminates it after 45m" in result.stderr
     assert calls(clouds["lambda"], "launch") == []
+
+
+def test_a_cancel_with_dump_first_dumps_each_running_rank_then_stops_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follow's stop of the other nodes after a failure, with a keep: each rank still
+    running is dumped (a py-spy stand-in on PATH, a real executable that records its argv)
+    before the agent's cancel; the ranks are stopped after."""
+    from launcher.agent.hung import cancel_args
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    spy = bin_dir / "py-spy"
+    spy.write_text('#!/bin/sh\necho "Thread 1 (idle): MainThread"\necho "  args: $*"\n')
+    spy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    node = tmp_path / "node-1"
+    node.mkdir()
+    hung = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        status = {"state": "running", "pid": hung.pid, "pid_start": start_ticks(hung.pid)}
+        (node / "status.json").write_text(json.dumps(status))
+        assert cancel_args(node, ["10", "--dump-first"]) == (10.0, False)
+    finally:
+        hung.kill()
+        hung.wait()
+    dumped = (node / "kept" / f"py-spy-{hung.pid}.txt").read_text()
+    assert f"args: dump --pid {hung.pid}" in dumped and "MainThread" in dumped
+    assert cancel_args(node, ["5", "--agent-gone"]) == (5.0, True)  # no dump asked: none taken
+    assert [p.name for p in (node / "kept").iterdir()] == [f"py-spy-{hung.pid}.txt"]
