@@ -26,11 +26,13 @@ CHECKPOINT_SOURCES = tuple(
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
 RESERVE_SOURCE = Path(__file__).with_name("reserve.py")
 """Room kept for a node's end on a disk the job may fill: shipped beside the agent."""
+HUNG_SOURCE = Path(__file__).with_name("hung.py")
+"""py-spy dumps of a job's running ranks (`cancel --dump-first`, the keep): shipped beside both."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
-                 str(RESERVE_SOURCE))  # fmt: skip
+                 str(RESERVE_SOURCE), str(HUNG_SOURCE))  # fmt: skip
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""
@@ -39,6 +41,8 @@ AUTOSTOP_SOURCES = {
     "autostop_call.py": str(Path(__file__).with_name("autostop_call.py")),
     "autostop_busy.py": str(Path(__file__).with_name("autostop_busy.py")),
     "agent_os.py": str(AGENT_OS_SOURCE),
+    "gpujob-keep.py": str(Path(__file__).with_name("keep.py")),  # --keep-on-failure's arming
+    "hung.py": str(HUNG_SOURCE),
 }
 """What `up --autostop` ships to a host, by the name each has there (siblings keep theirs)."""
 

@@ -32,6 +32,7 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
+from hung import cancel_args
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from reserve import make_reserve, skipped_if_full, write_status
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
@@ -392,10 +393,9 @@ def main(argv: list[str]) -> int:
     if argv[0] == "status":
         print(json.dumps(dict(status_of(node_dir), last_line=last_line(node_dir))))
         return 0
-    if argv[0] == "cancel":
-        gone = "--agent-gone" in argv
-        args = [arg for arg in argv[2:] if arg != "--agent-gone"]
-        return cancel(node_dir, float(args[0]) if args else 30.0, agent_gone=gone)
+    if argv[0] == "cancel":  # [GRACE] [--agent-gone] [--dump-first]
+        grace_s, gone = cancel_args(node_dir, argv[2:])
+        return cancel(node_dir, grace_s, agent_gone=gone)
     wait_s = float(argv[3]) if len(argv) > 3 else 0.0
     return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 

@@ -97,9 +97,17 @@ class Watcher:
         with contextlib.suppress(OSError), open(self.log_path, "a") as out:  # a full disk
             out.write(f"{stamp} {text}\n")  # must not end the watch
 
+    def until(self) -> float | None:
+        """A kept failed job's hard end (agent/keep.py): past it the host ends, busy or not."""
+        until = self.config.get("until")
+        return float(until) if until is not None else None
+
     def publish(self, **extra: Any) -> None:
-        idle_s = float(self.config.get("idle_s", 0))
+        idle_s, until = float(self.config.get("idle_s", 0)), self.until()
         deadline = None if self.busy_with else self.idle_since + idle_s
+        deadline = (
+            until if until is not None and (deadline is None or until < deadline) else deadline
+        )
         with contextlib.suppress(OSError):  # a full disk hides the state, never stops the end
             write_json(self.folder / STATE, {
                 "pid": os.getpid(), "start": start_ticks(os.getpid()), "idle_s": idle_s,
@@ -127,7 +135,10 @@ class Watcher:
         self.busy_with = why
 
     def look(self) -> bool:
-        """One look; True when the window has passed with nothing running."""
+        """One look; True when the window has passed with nothing running, or the kept
+        window's hard end has."""
+        if self.past_until():
+            return True
         why = self.looks(self.folder)
         if why:
             if why != self.busy_with:
@@ -180,9 +191,15 @@ class Watcher:
             self.publish()
             return False
 
+    def past_until(self) -> bool:
+        until = self.until()
+        return until is not None and time.time() >= until
+
     def in_use(self) -> str | None:
         """During the end's retries: what calls it off, or None. A look that fails here
-        does not: the end was already decided."""
+        does not: the end was already decided; past a hard end nothing does."""
+        if self.past_until():
+            return None
         try:
             return self.looks(self.folder)
         except Exception:
@@ -199,8 +216,11 @@ class Watcher:
         the watch goes on with a new window from that activity."""
         what = f"{self.config['action']} {self.config['provider']} instance " \
                f"{self.config.get('instance_id')}"  # fmt: skip
-        self.log(f"idle for {self.config['idle_s']:g} s (no gpujob job running, no SSH "
-                 f"session): {what}")  # fmt: skip
+        if self.past_until():
+            self.log(f"the failed job's kept window is over: {what}")
+        else:
+            self.log(f"idle for {self.config['idle_s']:g} s (no gpujob job running, no SSH "
+                     f"session): {what}")  # fmt: skip
         backoff = self.first_backoff_s
         while not self.stop:
             try:

@@ -9,9 +9,10 @@ import click
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("host")
+@click.argument("host", metavar="HOST|JOB")
+@click.option("--node", type=click.IntRange(min=0), help="JOB's node (0 first; default 0).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND]")
-def ssh(host: str, command: tuple[str, ...]) -> None:
+def ssh(host: str, node: int | None, command: tuple[str, ...]) -> None:
     """Run COMMAND on HOST as `ssh HOST COMMAND` would, or log in when none is given.
 
     \b
@@ -30,10 +31,14 @@ def ssh(host: str, command: tuple[str, ...]) -> None:
     HOST is a hosts.yaml name, a host `gpujob up` rented, or user@addr[:port]; its key is
     pinned on first contact and checked strictly from then on, and the command runs on the
     host's master connection, as every gpujob command does.
+
+    JOB (a job id, id prefix or name) is its node's host, in the node's folder (job.log,
+    kept/ after a --keep-on-failure): on any target; this machine's job gets a shell here,
+    a cluster's its login host. A host's name wins over a job's; --node says a job.
     """
     from launcher.commands.ssh import ssh_command
 
-    sys.exit(ssh_command(host, list(command)))
+    sys.exit(ssh_command(host, list(command), node))
 
 
 @click.command()

@@ -50,6 +50,10 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--autostop-key-on-host", is_flag=True,
               help="With --up on Lambda and resources.autostop: allow your API key on the "
               "hosts (a 0600 file), which Lambda needs for a host to end itself.")  # fmt: skip
+@click.option("--keep-on-failure", metavar="DURATION",
+              help="With --up: when the job fails, keep its hosts up this long (30m, 2h) for "
+              "a look (`gpujob ssh JOB`), then they end themselves; `gpujob down JOB` ends "
+              "them sooner.")  # fmt: skip
 @click.option("--recover", is_flag=True,
               help="With --up: restart the job on fresh hosts when a host is lost (the "
               "spec's `recovery:`, or its defaults); needs checkpoints.sync_to.")  # fmt: skip

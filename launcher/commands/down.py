@@ -34,12 +34,13 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         raise UsageError("--force goes with one HOST, never --all",
                          "another owner's instance is taken only by name")  # fmt: skip
     db = hosts_db(dry_run)
+    of_job = None if everything else _job_hosts(db, str(reference))
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
     for cloud in clouds:
         provider = get_provider(cloud)
         found = reconciled(provider, db, dry_run, foreign=everything)
-        mine = [i for i in found.ours if everything or named(i, str(reference))]
+        mine = [i for i in found.ours if everything or _is(i, str(reference), of_job)]
         theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
         if theirs and not force:
             raise not_ours(theirs[0])
@@ -66,6 +67,27 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     for line in failures:
         say(line)
     return ExitCode.FAILURE if failures else ExitCode.OK
+
+
+def _is(inst: Instance, reference: str, of_job: set[str] | None) -> bool:
+    from launcher.targets.cloud.reconcile import named
+
+    return inst.name in of_job if of_job else named(inst, reference)
+
+
+def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
+    """`down JOB`: the hosts rented for the job (a kept failed job's, say), by name; None
+    when `reference` names a host (a host's name wins) or no job with rented hosts."""
+    from launcher.remote.hosts import HostEntry
+    from launcher.state.readonly import JobsView
+
+    if db.host(reference) is not None:
+        return None
+    job = JobsView().job(reference)  # a look: `down --dry-run` writes nothing
+    if job is None:
+        return None
+    names = {HostEntry.from_record(record).name for record in job.hosts}
+    return {name for name in names if db.host(name) is not None} or None
 
 
 def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:

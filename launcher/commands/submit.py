@@ -32,6 +32,8 @@ def submit(options: SubmitOptions) -> int:
     if options.autostop_key_on_host and not options.up:
         raise UsageError("--autostop-key-on-host goes with --up (a rented host's autostop)",
                          "add --up GPU, or leave --autostop-key-on-host out")  # fmt: skip
+    if options.keep_on_failure is not None:
+        _check_keep(options)
     if options.up and not options.dry_run:
         from launcher.targets.cloud.rent import renting
 
@@ -93,10 +95,46 @@ def _after_start(request: LaunchRequest, started: Started) -> int:
     from launcher.supervise.watch import follow_job
 
     try:
-        return follow_job(job, follow=True, opened=started.opened, first_reads=started.first_reads)
+        code = follow_job(
+            job,
+            follow=True,
+            opened=started.opened,
+            first_reads=started.first_reads,
+            dump_hung=bool(kept and started.keep_s),
+        )  # kept: its ranks dumped first
     finally:
         if kept:
             _hosts_stay(db, job.id, kept)
+    if kept and started.keep_s:
+        _keep_if_failed(db, job.id, started.keep_s)
+    return code
+
+
+def _check_keep(options: SubmitOptions) -> None:
+    """--keep-on-failure: a window, for hosts this submit rents, that can end themselves."""
+    from launcher.spec.keep import window_seconds
+    from launcher.targets.cloud.keep import check_keep
+
+    window = window_seconds(options.keep_on_failure)
+    if not options.up:
+        raise UsageError("--keep-on-failure goes with --up (hosts rented for the job); "
+                         "hosts you have stay up anyway",
+                         "add --up GPU, or leave it out: `gpujob ssh JOB` gets into any "
+                         "job's folder")  # fmt: skip
+    check_keep(options.provider, options.autostop_key_on_host, window)
+
+
+def _keep_if_failed(db: StateDB, job_id: str, window_s: float) -> None:
+    """The follow saw the job end: a failure keeps its hosts up for the window, armed on
+    each host (targets/cloud/keep.py); any other end leaves them as without the flag."""
+    from launcher.jobs.keep import keeps_hosts
+
+    job = db.job(job_id)
+    if job is not None and keeps_hosts(job.state, window_s):
+        from launcher.jobs.keep import failed_node
+        from launcher.targets.cloud.keep import keep_failed
+
+        keep_failed(job, window_s, say, failed_node(job))
 
 
 def _hosts_stay(db: StateDB, job_id: str, hosts: list[str]) -> None:

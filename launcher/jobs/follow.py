@@ -57,11 +57,13 @@ def show_log(
     opened: Mapping[str, Connection] | None = None,
     first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None,
     on_stop: Callable[[], None] = lambda: None,
+    dump_hung: bool = False,
 ) -> int:
     """The job's log from its target's nodes. `opened`: connections by host name already
     open (submit's; the log falls back to S3 only without them); `first_reads`: reads from
     byte 0 already made, by node rank (submit's); `on_stop`: called when a follow stops
-    with the job still running (its keeper takes over)."""
+    with the job still running (its keeper takes over); `dump_hung`: once a node fails, the
+    others' running ranks are dumped with py-spy before they are stopped (--keep-on-failure)."""
     from launcher.jobs.lifecycle import failed_to_start, settle
 
     db = StateDB()
@@ -74,7 +76,7 @@ def show_log(
     nodes = target.nodes(job, opened)
     try:
         return _logs(db, job, target, nodes, follow=follow, node=node, tail=tail,
-                     first=first_reads, on_stop=on_stop)  # fmt: skip
+                     first=first_reads, on_stop=on_stop, dump_hung=dump_hung)  # fmt: skip
     except GpujobError as err:
         if isinstance(err, UsageError) or not job.logs_to or opened is not None:
             raise
@@ -97,6 +99,7 @@ def _logs(
     tail: int | None,
     first: dict[int, tuple[bytes, dict[str, object]]] | None,
     on_stop: Callable[[], None],
+    dump_hung: bool = False,
 ) -> int:
     from launcher.runtime.logs import (
         NodeStream,
@@ -138,7 +141,8 @@ def _logs(
             "stopping the other nodes")  # fmt: skip
         for other in nodes:  # a lost node too: its processes may outlive its supervisor
             if other.rank != failed.rank or state == JobState.LOST:
-                other.cancel(FAIL_FAST_GRACE_S)
+                dump = dump_hung and other.rank != failed.rank  # its hung ranks, before the stop
+                other.cancel(FAIL_FAST_GRACE_S, dump_first=dump)
 
     def hand_over() -> None:
         """Nobody follows from here on: the job's keeper keeps its failure rule."""

@@ -44,6 +44,7 @@ def launch(
             return None
         started = target.submit(submission, before_start)
         started.policy = job.policy
+        started.keep_s = keep_s(request, job) if target.traits.rents_hosts else None
         return started
     finally:
         target.close()
@@ -99,6 +100,13 @@ def prepare(request: LaunchRequest) -> JobInput:
         mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)
+
+
+def keep_s(request: LaunchRequest, job: JobInput) -> float | None:
+    """The keep-on-failure window in force: the flag's over the spec's."""
+    from launcher.spec.keep import keep_window
+
+    return keep_window(request.keep_on_failure, job.loaded.spec.keep_on_failure)
 
 
 def policy_for(request: LaunchRequest, loaded: LoadedSpec) -> Policy | None:

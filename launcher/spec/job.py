@@ -21,6 +21,7 @@ from pydantic import (
 from launcher.spec.batch import BatchSpec, batch_refusal
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
+from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
 from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, S3Remote
@@ -169,6 +170,9 @@ class JobSpec(StrictModel):
         default_factory=dict, description="S3 remotes by name; the user config adds more."
     )
     merge: MergeSpec | None = None
+    keep_on_failure: KeepWindow | None = Field(
+        default=None, le=MAX_KEEP_S, description=KEEP_FIELD_HELP
+    )
     max_duration: Seconds | None = Field(
         default=None,
         description="Time limit of the job (`30m`, `2h`, seconds): the agent stops it with its "

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from launcher.targets.base import LaunchRequest
 
 REQUEST_FIELDS = ("sets", "up", "provider", "runtime", "allow_cpu", "disk", "max_price",
-                  "max_cost", "autostop_key_on_host", "envs", "secrets")  # fmt: skip
+                  "max_cost", "autostop_key_on_host", "envs", "secrets",
+                  "keep_on_failure")  # fmt: skip
 """What `submit --up` was asked that renting again asks once more (with the spec's path)."""
 START_WAIT_S = 20.0
 """How long a start waits for the new controller to hold its lock (Python and imports)."""

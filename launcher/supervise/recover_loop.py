@@ -115,13 +115,15 @@ def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
 
 
 def _finish(job: Any, decision: Finished, rdb: RecoveryDB) -> int:
-    """The job ended on its own: its agents ship what is left, then its hosts go."""
-    from launcher.supervise.recover_steps import terminate_hosts, wait_for_agents
+    """The job ended on its own: its agents ship what is left, then its hosts go (a
+    failure with --keep-on-failure: they stay up for the window, bounded on each host)."""
+    from launcher.supervise.recover_steps import keep_or_terminate, wait_for_agents
 
     wait_for_agents(job)
-    terminate_hosts(job, f"job {job.id} {decision.state}")
+    record = rdb.get(job.id)
+    kept = keep_or_terminate(job, decision.state, record.request if record else {})
     line = (f"job {job.id} {decision.state} (exit code {decision.exit_code}); its hosts are "
-            "terminated")  # fmt: skip
+            f"{'kept for a look' if kept else 'terminated'}")  # fmt: skip
     StateDB().update_job(job.id, decision.state, exit_code=decision.exit_code)
     rdb.update(job.id, phase=FINISHED)
     rdb.say(job.id, _restarts(rdb, job.id), line)

@@ -8,12 +8,14 @@ id gpujob recorded when it rented them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.clouds.base import Instance
 from launcher.errors import GpujobError
+from launcher.jobs.state import NODE_FAILURES
 from launcher.plan.recovery import NodeSeen, Unreachable
 from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus
@@ -88,6 +90,30 @@ def terminate_hosts(job: JobRecord, why: str) -> list[str]:
     """Terminate every host of the job that its cloud still runs; lines for what could not
     be (the user's `gpujob down` then)."""
     return target_for(job).release(job, why)
+
+
+def keep_or_terminate(job: JobRecord, state: str, request: dict[str, Any]) -> bool:
+    """The job's end: a failure with a keep window (the flag's, else the spec's) keeps its
+    hosts up for it (targets/cloud/keep.py), anything else terminates them. True if kept."""
+    from launcher.jobs.keep import keeps_hosts
+    from launcher.spec.keep import keep_window
+
+    window = None
+    if state in NODE_FAILURES:
+        with contextlib.suppress(GpujobError, OSError, KeyError):  # an unreadable spec: no keep
+            from launcher.spec.load import load_requested
+
+            window = keep_window(request.get("keep_on_failure"),
+                                 load_requested(request).spec.keep_on_failure)  # fmt: skip
+    if keeps_hosts(state, window):
+        from launcher.jobs.keep import failed_node
+        from launcher.targets.cloud.keep import keep_failed
+
+        assert window is not None
+        if keep_failed(job, window, say, failed_node(job)):
+            return True
+    terminate_hosts(job, f"job {job.id} {state}")
+    return False
 
 
 @dataclass(frozen=True)

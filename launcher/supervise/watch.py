@@ -18,6 +18,7 @@ def follow_job(
     tail: int | None = None,
     opened: Mapping[str, Connection] | None = None,
     first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None,
+    dump_hung: bool = False,
 ) -> int:
     from launcher.jobs.follow import show_log
 
@@ -32,4 +33,4 @@ def follow_job(
         if under_recovery(job.id):  # every attempt in turn, one line per recovery
             return follow_attempts(job, node, opened, first_reads)
     return show_log(job, follow=follow, node=node, tail=tail, opened=opened,
-                    first_reads=first_reads, on_stop=keep)  # fmt: skip
+                    first_reads=first_reads, on_stop=keep, dump_hung=dump_hung)  # fmt: skip

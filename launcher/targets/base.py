@@ -84,6 +84,8 @@ class LaunchRequest:
     """`--env K=V`, `--env K` (from this environment), `--env-file` lines (spec/env_flags.py)."""
     secrets: tuple[str, ...] = ()
     """`--secret K[=V]`: names only; the values are in this process's environment."""
+    keep_on_failure: str | None = None
+    """`--keep-on-failure 30m`: a failed job's rented hosts stay up this long (spec/keep.py)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ class Started:
     first_reads: dict[int, tuple[bytes, dict[str, object]]] | None = None
     kept: list[str] = field(default_factory=list)
     policy: Policy | None = None
+    keep_s: float | None = None
+    """How long its rented hosts stay up if it fails (`--keep-on-failure`), else None."""
 
     def close(self) -> None:
         close_all(list(self.opened.values()))
@@ -160,11 +164,12 @@ class Node:
         except (GpujobError, ValueError, OSError, EOFError):  # EOFError: a handshake cut off
             return None
 
-    def cancel_argv(self, grace_s: float) -> list[str]:
-        return agent_argv(self.agent_python, self.node_dir, "cancel", f"{grace_s:g}")
+    def cancel_argv(self, grace_s: float, dump_first: bool = False) -> list[str]:
+        extra = ["--dump-first"] if dump_first else []  # py-spy dumps of its ranks (agent/hung.py)
+        return agent_argv(self.agent_python, self.node_dir, "cancel", f"{grace_s:g}", *extra)
 
-    def cancel(self, grace_s: float) -> Result:
-        return self.connection.run(self.cancel_argv(grace_s))
+    def cancel(self, grace_s: float, dump_first: bool = False) -> Result:
+        return self.connection.run(self.cancel_argv(grace_s, dump_first))
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,7 @@ def test_the_lambda_key_goes_only_into_its_own_0600_file() -> None:
     where = "/home/ubuntu/.gpujob/autostop"
     assert set(files) == {f"{where}/gpujob-autostop.py", f"{where}/autostop_call.py",
                           f"{where}/autostop_busy.py", f"{where}/agent_os.py",
+                          f"{where}/gpujob-keep.py", f"{where}/hung.py",
                           f"{where}/config.json", f"{where}/api-key",
                           f"{where}/hold"}  # fmt: skip
     assert (files[f"{where}/api-key"].content, files[f"{where}/api-key"].mode) == (

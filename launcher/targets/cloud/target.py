@@ -101,6 +101,7 @@ class CloudTarget(RemoteHostsTarget):
             self.plan_for(job, request, assumed.target, image, lambda _: None)
 
         ref = image_reference(spec.image, job.image)
+        _keep_can_end(self.kind, request, job)
         cleared = check_before_rent(job.loaded, job.image, ref, request.disk, rehearse, say)
         _runs_before_rent(job)
         return replace(request, disk=max(request.disk, cleared.min_disk_gb))
@@ -110,16 +111,18 @@ class CloudTarget(RemoteHostsTarget):
         shows the offers and rents nothing."""
         from launcher.plan.placement import image_reference
         from launcher.remote.hosts import HostEntry, instance_entry
+        from launcher.spec.keep import keep_window
         from launcher.targets.cloud.hosts import UpOptions, launch_hosts
 
         spec = job.loaded.spec
         autostop = spec.resources.autostop
+        keep = keep_window(request.keep_on_failure, spec.keep_on_failure)  # its end, from rent
         ref = image_reference(spec.image, job.image)
         options = UpOptions(gpu=request.up or "", provider=self.kind, count=spec.nodes,
                             yes=True, dry_run=request.dry_run, allow_cpu=request.allow_cpu,
                             image=ref, disk=request.disk, max_price=request.max_price,
                             max_cost=request.max_cost, max_duration_s=spec.max_duration,
-                            autostop_s=autostop.idle_minutes * 60 if autostop else None,
+                            autostop_s=autostop.idle_minutes * 60 if autostop else keep,
                             autostop_stop=bool(autostop and not autostop.down),
                             autostop_key_on_host=request.autostop_key_on_host,
                             spot=spec.resources.use_spot, renting="submit --up",
@@ -173,6 +176,16 @@ class CloudTarget(RemoteHostsTarget):
         for line in failures:
             say(line)
         return failures
+
+
+def _keep_can_end(kind: str, request: LaunchRequest, job: JobInput) -> None:
+    """A keep window (the flag's or the spec's) on hosts that can end themselves only with
+    the user's key there: refused before renting unless --autostop-key-on-host allows it."""
+    from launcher.spec.keep import keep_window
+    from launcher.targets.cloud.keep import check_keep
+
+    window = keep_window(request.keep_on_failure, job.loaded.spec.keep_on_failure)
+    check_keep(kind, request.autostop_key_on_host, window)
 
 
 def _runs_before_rent(job: JobInput) -> None:
