@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from launcher.errors import ManyUsageErrors, UsageError
+from launcher.jobs.served import record_served
 from launcher.plan.recovery import Policy
 from launcher.say import say, shown
 from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
@@ -44,6 +45,8 @@ def launch(
             return None
         started = target.submit(submission, before_start)
         started.policy = job.policy
+        for line in record_served(started.job_id, job.loaded.spec, target.traits.on_this_machine):
+            say(line)
         return started
     finally:
         target.close()
