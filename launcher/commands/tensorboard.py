@@ -43,7 +43,8 @@ def tensorboard(reference: str, logdir: str | None, port: int | None, show: Show
         raise _ended(job.id, str(answer.get("state", "ended")))
     if not result.ok or "port" not in answer:
         said = str(answer.get("failed") or result.stderr or result.stdout).strip()
-        raise GpujobError(f"TensorBoard did not start on job {job.id}'s node 0: {said[-300:]}")
+        raise GpujobError(f"TensorBoard did not start on job {job.id}'s node 0: {said[-300:]}",
+                          f"its log: {node.node_dir}/tensorboard.log on the host")  # fmt: skip
     started = "started" if answer.get("started") else "already running"
     say(f"TensorBoard {started} on job {job.id}'s node 0 over {folder} (port {answer['port']})")
     remote = int(str(answer["port"]))

@@ -19,7 +19,8 @@ def node_of(job: JobRecord, target: Target, rank: int) -> Node:
     nodes = target.nodes(job)
     if not 0 <= rank < len(nodes):
         close_all([node.connection for node in nodes])
-        raise UsageError(f"--node {rank}: job {job.id} has node(s) 0 to {len(nodes) - 1}")
+        raise UsageError(f"--node {rank}: job {job.id} has node(s) 0 to {len(nodes) - 1}",
+                         "leave out --node for node 0")  # fmt: skip
     close_all([node.connection for node in nodes if node.rank != rank])
     return nodes[rank]
 
@@ -28,7 +29,7 @@ def forward_job(
     job: JobRecord, target: Target, pairs: list[tuple[int, int]], rank: int, show: Show
 ) -> int:
     """Each (PORT, LOCAL) of node `rank` on 127.0.0.1:LOCAL until a signal ends the command
-    (raised as KeyboardInterrupt with its number); at once where the job runs here."""
+    (its exit code: 128 + the signal's number); at once where the job runs here."""
     from launcher.remote.forward import forward
     from launcher.remote.ssh import SSHConnection
 

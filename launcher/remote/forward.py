@@ -25,7 +25,7 @@ READY_S = 30.0
 
 
 class Stopped(KeyboardInterrupt):
-    """A signal ended the forward: the command exits 128 + its number, as a shell reports."""
+    """A signal ended the forward (click would take a bare KeyboardInterrupt for Ctrl-C)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -64,9 +64,9 @@ def free_local_port(wanted: int) -> int:
 
 
 def forward(client: Client, pairs: list[tuple[int, int]], ready: Callable[[], None]) -> int:
-    """Forward until a signal ends the command (raises `Stopped`): `ready` is called once
-    every local port listens. A forward that cannot start, or whose connection drops, is
-    a GpujobError naming what ssh said."""
+    """Forward until a signal ends the command: its exit code, 128 + the signal's number.
+    `ready` is called once every local port listens. A forward that cannot start, or whose
+    connection drops, is a GpujobError naming what ssh said."""
     for remote, local in pairs:
         if port_taken(local):
             raise UsageError(f"port {local} is taken on this machine",
@@ -80,6 +80,8 @@ def forward(client: Client, pairs: list[tuple[int, int]], ready: Callable[[], No
             _wait_listening(proc, said, [local for _, local in pairs])
             ready()
             proc.wait()
+        except Stopped as stop:
+            return 128 + stop.signum  # as a shell reports a command a signal ended
         finally:
             if proc.poll() is None:
                 proc.terminate()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -218,3 +218,37 @@ def with_lab_s3(env: dict[str, str], folder: Path) -> dict[str, str]:
     )
     return dict(env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY,
                 GJ_LAB_SECRET=s3.SECRET_KEY)  # fmt: skip
+
+
+SSHD_TOOLS = ("ip", "sshd", "ssh", "nsenter", "unshare")
+
+
+@contextlib.contextmanager
+def sshd_host(name: str, folder: Path) -> Iterator[dict[str, str]]:
+    """A lab host with sshd only, named `lab` in a hosts.yaml under `folder`, and the
+    environment of a private state dir (so the first command pins its key); removed at the
+    end with the bridge if this made it. Skips the test where the lab cannot run."""
+    import pytest
+
+    absent = [tool for tool in SSHD_TOOLS if shutil.which(tool, path=SEARCH) is None]
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, sshd)")
+    if absent:
+        pytest.skip(f"missing {', '.join(absent)}: run `bash infra/install-deps.sh`")
+    import infra.lab
+    from infra.lab import naming, network, state
+    from launcher.remote.openssh import close_state
+
+    bridge_was_up = network.link_exists(naming.bridge())
+    try:
+        host = infra.lab.create_host(name)
+        hosts_file = folder / "hosts.yaml"
+        hosts_file.write_text(f"hosts:\n  - {{name: lab, address: {host.address}, user: root,"
+                              f" key: {infra.lab.user_key()}}}\n")  # fmt: skip
+        yield dict(os.environ, GPUJOB_STATE_DIR=str(folder / "state"),
+                   GPUJOB_HOSTS_FILE=str(hosts_file))  # fmt: skip
+    finally:
+        close_state(folder / "state")
+        infra.lab.destroy_host(name)
+        if not bridge_was_up and not state.read_state()["hosts"]:
+            network.remove_bridge()
