@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from launcher.spec.limits import StrictModel
 
@@ -51,7 +51,14 @@ def expand_ports(value: Any) -> list[int]:
     return sorted(ports)
 
 
-Ports = Annotated[list[int], BeforeValidator(expand_ports)]
+ONE = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 65535},
+                 {"type": "string", "pattern": r"^\s*[0-9]+\s*(-\s*[0-9]+\s*)?$"}]}  # fmt: skip
+Ports = Annotated[
+    list[int],
+    BeforeValidator(expand_ports),
+    WithJsonSchema({"anyOf": [*ONE["anyOf"], {"type": "array", "items": ONE}]}),
+]
+"""As written: 8080, "8000-8010", or a list of both; as read: the sorted ports."""
 
 
 class TensorBoardSpec(StrictModel):
