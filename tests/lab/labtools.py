@@ -8,10 +8,12 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,3 +254,52 @@ def sshd_host(name: str, folder: Path) -> Iterator[dict[str, str]]:
         infra.lab.destroy_host(name)
         if not bridge_was_up and not state.read_state()["hosts"]:
             network.remove_bridge()
+
+
+# -- ports forwarded here (gpujob port-forward, gpujob tb) ----------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return bytes(answer.read())
+
+
+def start_forward(
+    env: dict[str, str], cwd: Path | None, *args: str
+) -> tuple[subprocess.Popen, str]:
+    """A forwarding command started, and what it printed once it forwards."""
+    proc = subprocess.Popen([GPUJOB, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    shown = b""
+    while b"forwarding until Ctrl-C" not in shown:
+        if proc.poll() is not None:
+            raise AssertionError(f"{args}: ended {proc.returncode}: {proc.stderr.read()!r}")
+        shown += read_some(proc.stdout, f"gpujob {' '.join(args)}")
+    return proc, shown.decode()
+
+
+def stop(proc: subprocess.Popen, sig: signal.Signals) -> int:
+    proc.send_signal(sig)
+    return proc.wait(timeout=30)
+
+
+def page_or_empty(url: str) -> bytes:
+    """The page, or nothing while no server answers there yet."""
+    try:
+        return get(url)
+    except OSError:
+        return b""

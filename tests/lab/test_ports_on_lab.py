@@ -10,16 +10,22 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labtools import read_some, sshd_host
+from labtools import (
+    free_port,
+    get,
+    listening,
+    page_or_empty,
+    sshd_host,
+    start_forward,
+    stop,
+    wait_until,
+)
 
 from launcher.agent.agent_os import alive
 
@@ -39,50 +45,6 @@ def gpujob(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedPr
     return subprocess.run(
         [GPUJOB, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
-def get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return bytes(answer.read())
-
-
-def start_forward(env: dict[str, str], cwd: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    """A forwarding command started, and what it printed once it forwards."""
-    proc = subprocess.Popen([GPUJOB, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)  # fmt: skip
-    shown = b""
-    while b"forwarding until Ctrl-C" not in shown:
-        if proc.poll() is not None:
-            raise AssertionError(f"{args}: ended {proc.returncode}: {proc.stderr.read()!r}")
-        shown += read_some(proc.stdout, f"gpujob {' '.join(args)}")
-    return proc, shown.decode()
-
-
-def stop(proc: subprocess.Popen, sig: signal.Signals) -> int:
-    proc.send_signal(sig)
-    return proc.wait(timeout=30)
 
 
 def submit(env: dict[str, str], folder: Path, task: str, job_id: str) -> None:
@@ -108,7 +70,7 @@ def test_a_tasks_port_is_forwarded_here_and_closed_with_the_command(
         ) in shown
         proc, said = start_forward(env, tmp_path, "port-forward", "web-lab", f"{port}:{local}")
         assert said.startswith(f"http://127.0.0.1:{local}/  <- port {port} of job web-lab's node 0")
-        wait_for(lambda: b"served from" in _get_or_empty(f"http://127.0.0.1:{local}/"), "page")
+        wait_until(lambda: b"served from" in page_or_empty(f"http://127.0.0.1:{local}/"), "page")
         assert get(f"http://127.0.0.1:{local}/") == b"served from the lab host\n"
         assert stop(proc, signal.SIGINT) == 130
         assert not listening(local)  # the forward ended with the command
@@ -122,13 +84,6 @@ def test_a_tasks_port_is_forwarded_here_and_closed_with_the_command(
         assert not listening(port)
     finally:
         assert gpujob(env, "cancel", "web-lab", "--grace", "2", cwd=tmp_path).returncode == 0
-
-
-def _get_or_empty(url: str) -> bytes:
-    try:
-        return get(url)
-    except OSError:
-        return b""
 
 
 @pytest.fixture(scope="module")
@@ -160,12 +115,16 @@ def test_tb_serves_tensorboard_here_and_it_ends_with_the_job(
         assert json.loads(get(f"http://127.0.0.1:{local}/data/logdir")) == {"logdir": "runs"}
         assert b"<html" in get(f"http://127.0.0.1:{local}/").lower()
         assert stop(proc, signal.SIGINT) == 130
+        again, _ = start_forward(env, tmp_path, "tb", "tb-lab", "--port", str(local))
+        assert json.loads(get(f"http://127.0.0.1:{local}/data/logdir")) == {"logdir": "runs"}
+        assert stop(again, signal.SIGINT) == 130
+        assert b"TensorBoard already running on job tb-lab's node 0" in again.stderr.read()
         record = _record()
         server = [pid for pid in _pids() if f"--port\0{record['port']}".encode() in _cmd(pid)]
         assert server and alive(record["watcher"])  # still there for the next `gpujob tb`
     finally:
         assert gpujob(env, "cancel", "tb-lab", "--grace", "2", cwd=tmp_path).returncode == 0
-    wait_for(lambda: not any(alive(pid) for pid in [*server, record["watcher"]]), "tb's end", 30)
+    wait_until(lambda: not any(alive(pid) for pid in [*server, record["watcher"]]), "tb's end", 30)
     assert not _record_path().exists()
 
 
