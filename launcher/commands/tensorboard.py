@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from launcher.errors import GpujobError, UsageError
-from launcher.jobs.forwarding import Show, forward_job, node_of
+from launcher.jobs.forwarding import Show, forward_job, node_of, refuse_unreachable
 from launcher.jobs.records import job_and_target
 from launcher.runtime.tensorboard import ENDED, NOT_INSTALLED, start_argv
 from launcher.say import say
@@ -29,6 +29,7 @@ def tensorboard(reference: str, logdir: str | None, port: int | None, show: Show
                          "`tensorboard: {logdir: DIR}` to its spec")  # fmt: skip
     if job.terminal:
         raise _ended(job.id, job.state)
+    refuse_unreachable(job, target)
     node = node_of(job, target, 0)
     try:
         result = node.connection.run(start_argv(node.agent_python, node.node_dir, folder))

@@ -25,6 +25,16 @@ def node_of(job: JobRecord, target: Target, rank: int) -> Node:
     return nodes[rank]
 
 
+def refuse_unreachable(job: JobRecord, target: Target) -> None:
+    """One line, before any host is contacted, where a node's port is not gpujob's to reach."""
+    if not target.traits.forwards_ports:
+        raise GpujobError(
+            f"job {job.id} runs on a cluster's compute node, behind its login host: gpujob "
+            "does not forward a compute node's port yet",
+            "forward through the login host yourself: ssh -L LOCAL:NODE:PORT LOGIN",
+        )
+
+
 def forward_job(
     job: JobRecord, target: Target, pairs: list[tuple[int, int]], rank: int, show: Show
 ) -> int:
@@ -38,14 +48,9 @@ def forward_job(
             show(f"http://127.0.0.1:{remote}/  (job {job.id} runs on this machine: its port "
                  "is this machine's own, nothing to forward)")  # fmt: skip
         return 0
+    refuse_unreachable(job, target)
     conn = node_of(job, target, rank).connection
-    if not isinstance(conn, SSHConnection):
-        conn.close()
-        raise GpujobError(
-            f"job {job.id} runs on a cluster's compute node, behind its login host: gpujob "
-            "does not forward a compute node's port yet",
-            "forward through the login host yourself: ssh -L LOCAL:NODE:PORT LOGIN",
-        )
+    assert isinstance(conn, SSHConnection)  # every target that forwards_ports reaches it so
     try:
         conn.connect()  # the pin checked and an unreachable host said in gpujob's one line
 

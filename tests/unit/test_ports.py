@@ -104,3 +104,26 @@ def test_a_skypilot_task_with_ports_plans(tmp_path: Path, gpujob: Callable) -> N
 def test_tb_without_a_folder_says_how_to_name_one(gpujob: Callable) -> None:
     result = gpujob("tb", "no-such-job")
     assert (result.exit_code, result.stderr.count("\n")) == (2, 1)
+
+
+@pytest.mark.parametrize("command", [("port-forward", "on-slurm", "8080"), ("tb", "on-slurm",
+                                     "--logdir", "runs")])  # fmt: skip
+def test_a_clusters_compute_node_is_one_line_before_any_host_is_contacted(
+    gpujob: Callable, command: tuple[str, ...]
+) -> None:
+    from launcher.remote.hosts import HostEntry
+    from launcher.state.db import JobRecord, StateDB
+
+    login = HostEntry("login", "192.0.2.1", 22, "nobody")  # TEST-NET: never answers
+    StateDB().add_job(JobRecord(
+        id="on-slurm", name="x", spec_path="x.yaml", provider="slurm", runtime="bare",
+        hosts=[login.to_record()], node_dirs=["/shared/jobs/on-slurm/node-0"], state="running",
+        exit_code=None, created_at=0.0, ended_at=None, last_line=None, scheduler_job="7",
+    ))  # fmt: skip
+    result = gpujob(*command)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "gpujob: error: job on-slurm runs on a cluster's compute node, behind its login host: "
+        "gpujob does not forward a compute node's port yet. forward through the login host "
+        "yourself: ssh -L LOCAL:NODE:PORT LOGIN"
+    ]
