@@ -70,8 +70,13 @@ run_sh = os.path.join(node_dir, "run.sh")
 container = config.get("container") if config.get("runtime") == "docker" else None
 wrap = ["docker", "exec", container] if container else []
 args = ["bash", "-c", in_env, "tb", run_sh, logdir, str(port)]
-if subprocess.run(wrap + args + ["check"], stdin=subprocess.DEVNULL).returncode == 3:
+checked = subprocess.run(wrap + args + ["check"], stdin=subprocess.DEVNULL, capture_output=True)
+if checked.returncode == 3:
     sys.exit(3)
+if checked.returncode != 0:  # no container any more, no bash in it: said at once
+    said = (checked.stderr + checked.stdout).decode(errors="replace")[-600:]
+    print(json.dumps({"failed": said or "exit %d" % checked.returncode}))
+    sys.exit(1)
 log = open(os.path.join(node_dir, "tensorboard.log"), "ab")
 if container:  # lives in the container, so ends with it
     server = subprocess.Popen(["docker", "exec", "-d", container] + args + ["run"],
