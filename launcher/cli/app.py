@@ -11,6 +11,7 @@ from launcher.cli.jobs import cancel, logs, recover, schema, status, submit
 from launcher.cli.lab import lab
 from launcher.cli.project import completion, init
 from launcher.cli.storage import storage, sync_ckpt
+from launcher.cli.web import port_forward, tb
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,5 +48,5 @@ def _version(ctx: click.Context, asked: bool) -> None:
 
 
 for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,
-                image, schema, lab, init, completion):  # fmt: skip
+                image, schema, lab, init, completion, port_forward, tb):  # fmt: skip
     cli.add_command(command)

@@ -192,6 +192,10 @@ def status(as_json: bool, limit: int) -> None:
     from launcher.say import shown
 
     click.echo(shown(table(for_table(rows), columns)))
+    from launcher.cli.web import reach_lines
+
+    for line in reach_lines(list(rows)):  # type: ignore[arg-type]
+        click.echo(line)
 
 
 @click.command()

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from launcher.errors import ManyUsageErrors, UsageError
+from launcher.jobs.served import record_served
 from launcher.plan.recovery import Policy
 from launcher.say import say, shown
 from launcher.targets.base import BeforeStart, JobInput, LaunchRequest, Started, Target
@@ -45,6 +46,8 @@ def launch(
         started = target.submit(submission, before_start)
         started.policy = job.policy
         started.keep_s = keep_s(request, job) if target.traits.rents_hosts else None
+        for line in record_served(started.job_id, job.loaded.spec, target.traits.on_this_machine):
+            say(line)
         return started
     finally:
         target.close()

@@ -16,7 +16,8 @@ from launcher.spec.sky_resources import SIZE
 from launcher.spec.yaml_lines import Path_
 
 GPUJOB_SECTIONS = ("checkpoints", "storage", "batch", "merge", "recovery", "max_duration",
-                   "profiles", "profile", "nccl", "unset_envs", "checks")  # fmt: skip
+                   "profiles", "profile", "nccl", "unset_envs", "checks",
+                   "tensorboard")  # fmt: skip
 """gpujob's sections a SkyPilot task may carry, kept as written."""
 SKY_NAMES = {("num_nodes",): ("nodes",), ("resources", "disk_size"): ("resources", "disk_gb"),
              ("resources", "gpus"): ("resources", "accelerators")}  # fmt: skip

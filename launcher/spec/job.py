@@ -27,6 +27,7 @@ from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
 from launcher.spec.shell_hazards import ChecksSpec
+from launcher.spec.web import Ports, TensorBoardSpec
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
@@ -173,6 +174,12 @@ class JobSpec(StrictModel):
     keep_on_failure: KeepWindow | None = Field(
         default=None, le=MAX_KEEP_S, description=KEEP_FIELD_HELP
     )
+    ports: Ports = Field(
+        default_factory=list,
+        description="Ports served on the head node (8080, "
+        '"8000-8010", a list): `gpujob port-forward JOB` reaches them.',
+    )
+    tensorboard: TensorBoardSpec | None = Field(default=None, description="`gpujob tb JOB`.")
     max_duration: Seconds | None = Field(
         default=None,
         description="Time limit of the job (`30m`, `2h`, seconds): the agent stops it with its "

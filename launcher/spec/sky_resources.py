@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 RESOURCES_REFUSED = {
     "instance_type": "name a GPU in `accelerators` instead; gpujob picks the offer",
-    "ports": "gpujob opens no inbound ports yet; reach the host with `gpujob ssh`",
     "job_recovery": "recovery is gpujob's `recovery:`; write that instead",
     "accelerator_args": "TPUs are not rented by gpujob",
     "local_disk": "not offered by Lambda or Vast",
@@ -157,6 +156,8 @@ def _resource(reader: Reader, key: str, loc: Path_, value: Any) -> None:
         reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
     elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
         reader.put(("resources", "use_spot"), loc, value)
+    elif key == "ports":  # forwarded over SSH by `gpujob port-forward` (spec/web.py)
+        reader.put(("ports",), loc, value)
     elif key == "max_hourly_cost":
         reader.put(("resources", "max_hourly_cost"), loc, value)
     elif key == "image_id" and len(loc) > 2:  # a candidate's own VM image (any_of/ordered)

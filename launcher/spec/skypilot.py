@@ -38,7 +38,7 @@ REFUSED = {
     "event_callback": "the managed-jobs controller's callbacks",
 }
 SERVICE_FIX = ("gpujob runs jobs, not services: serve with SkyPilot, or run the server in "
-               "`run:` and reach it with `gpujob ssh`")  # fmt: skip
+               "`run:` and reach it with `gpujob port-forward`")  # fmt: skip
 IGNORED = {"api_server_access", "inputs", "outputs", "_metadata", "volume_mounts",
            "file_mounts_mapping"}  # fmt: skip
 TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts",

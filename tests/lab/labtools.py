@@ -8,11 +8,13 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -218,3 +220,86 @@ def with_lab_s3(env: dict[str, str], folder: Path) -> dict[str, str]:
     )
     return dict(env, GPUJOB_CONFIG_DIR=str(config), GJ_LAB_KEY=s3.ACCESS_KEY,
                 GJ_LAB_SECRET=s3.SECRET_KEY)  # fmt: skip
+
+
+SSHD_TOOLS = ("ip", "sshd", "ssh", "nsenter", "unshare")
+
+
+@contextlib.contextmanager
+def sshd_host(name: str, folder: Path) -> Iterator[dict[str, str]]:
+    """A lab host with sshd only, named `lab` in a hosts.yaml under `folder`, and the
+    environment of a private state dir (so the first command pins its key); removed at the
+    end with the bridge if this made it. Skips the test where the lab cannot run."""
+    import pytest
+
+    absent = [tool for tool in SSHD_TOOLS if shutil.which(tool, path=SEARCH) is None]
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, sshd)")
+    if absent:
+        pytest.skip(f"missing {', '.join(absent)}: run `bash infra/install-deps.sh`")
+    import infra.lab
+    from infra.lab import naming, network, state
+    from launcher.remote.openssh import close_state
+
+    bridge_was_up = network.link_exists(naming.bridge())
+    try:
+        host = infra.lab.create_host(name)
+        hosts_file = folder / "hosts.yaml"
+        hosts_file.write_text(f"hosts:\n  - {{name: lab, address: {host.address}, user: root,"
+                              f" key: {infra.lab.user_key()}}}\n")  # fmt: skip
+        yield dict(os.environ, GPUJOB_STATE_DIR=str(folder / "state"),
+                   GPUJOB_HOSTS_FILE=str(hosts_file))  # fmt: skip
+    finally:
+        close_state(folder / "state")
+        infra.lab.destroy_host(name)
+        if not bridge_was_up and not state.read_state()["hosts"]:
+            network.remove_bridge()
+
+
+# -- ports forwarded here (gpujob port-forward, gpujob tb) ----------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return bytes(answer.read())
+
+
+def start_forward(
+    env: dict[str, str], cwd: Path | None, *args: str
+) -> tuple[subprocess.Popen, str]:
+    """A forwarding command started, and what it printed once it forwards."""
+    proc = subprocess.Popen([GPUJOB, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    shown = b""
+    while b"forwarding until Ctrl-C" not in shown:
+        if proc.poll() is not None:
+            raise AssertionError(f"{args}: ended {proc.returncode}: {proc.stderr.read()!r}")
+        shown += read_some(proc.stdout, f"gpujob {' '.join(args)}")
+    return proc, shown.decode()
+
+
+def stop(proc: subprocess.Popen, sig: signal.Signals) -> int:
+    proc.send_signal(sig)
+    return proc.wait(timeout=30)
+
+
+def page_or_empty(url: str) -> bytes:
+    """The page, or nothing while no server answers there yet."""
+    try:
+        return get(url)
+    except OSError:
+        return b""

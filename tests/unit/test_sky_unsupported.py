@@ -33,7 +33,7 @@ NOT_YET = "not supported yet by gpujob"
     ("service:\n  replicas: 2\n", [
         "1: service: SkyPilot's `service`: gpujob cannot honour it (SkyServe (replicas behind a "
         "load balancer) is SkyPilot's own); gpujob runs jobs, not services: serve with SkyPilot, "
-        "or run the server in `run:` and reach it with `gpujob ssh`"]),
+        "or run the server in `run:` and reach it with `gpujob port-forward`"]),
     ("name: trainer\n---\nname: rollout\n", [
         f"2: job groups (several YAML documents: a pipeline, or `execution: parallel` tasks) are "
         f"{NOT_YET}. submit each document as its own file (one task each)"]),

@@ -29,7 +29,8 @@ class SlurmTarget:
     kind = "slurm"
     traits = Traits(on_this_machine=False, rents_hosts=False, runs_in_image=False,
                     stops_others_on_failure=False, recoverable=False,
-                    agent_python="python3", follow_hint="queued")  # fmt: skip
+                    agent_python="python3", follow_hint="queued",
+                    forwards_ports=False)  # fmt: skip
 
     def __init__(self) -> None:
         self.early: EarlyCluster | None = None
