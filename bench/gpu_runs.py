@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -88,11 +89,36 @@ def through_torchrun(spec: str, sets: list[str]) -> RunResult:
     env = dict(os.environ, PYTHONUNBUFFERED="1", **job.nccl, **job.envs)
     env.update({key: str(value) for key, value in values.items() if value is not None})
     assert job.run.entrypoint is not None
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-        "--nproc-per-node", str(job.nproc_per_node), job.run.entrypoint, *job.run.args,
-    ]  # fmt: skip
-    return timed_run("bare torchrun", argv, env, loaded.workdir)
+    program = [job.run.entrypoint, *job.run.args]
+    if job.nodes == 1:
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc-per-node", str(job.nproc_per_node), *program,
+        ]  # fmt: skip
+        return timed_run("bare torchrun", argv, env, loaded.workdir)
+    return timed_run("bare torchrun", nodes_on_one_machine(job.nodes, job.nproc_per_node,
+                     job.resources.gpus_per_node, program), env, loaded.workdir)  # fmt: skip
+
+
+def nodes_on_one_machine(nodes: int, nproc: int, gpus: int, program: list[str]) -> list[str]:
+    """`nodes` torchruns on this machine, each on its own GPUs (as gpujob's local target
+    gives them), meeting at a c10d rendezvous on loopback: what a user types by hand for a
+    multi-node job tried on one box. Exits non-zero when any of them does."""
+    starts = []
+    for rank in range(nodes):
+        devices = ",".join(str(gpu) for gpu in range(rank * gpus, (rank + 1) * gpus))
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+            "--node-rank", str(rank), "--nproc-per-node", str(nproc), "--rdzv-backend",
+            "c10d", "--rdzv-endpoint", "127.0.0.1:29571", "--rdzv-id", "bench", *program,
+        ]  # fmt: skip
+        starts.append(f"CUDA_VISIBLE_DEVICES={devices} {shlex.join(argv)} & pids+=($!)")
+    script = (
+        "pids=()\n"
+        + "\n".join(starts)
+        + '\nfor p in "${pids[@]}"; do wait "$p" || s=1; done\nexit ${s:-0}\n'
+    )
+    return ["bash", "-c", script]
 
 
 def median(values: list[float]) -> float:
