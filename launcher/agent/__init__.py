@@ -28,9 +28,11 @@ RESERVE_SOURCE = Path(__file__).with_name("reserve.py")
 """Room kept for a node's end on a disk the job may fill: shipped beside the agent."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
+RANK_MEMORY_SOURCE = Path(__file__).with_name("rank_memory.py")
+"""The job's peak memory, per rank too: shipped beside the agent."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
-                 str(RESERVE_SOURCE))  # fmt: skip
+                 str(RESERVE_SOURCE), str(RANK_MEMORY_SOURCE))  # fmt: skip
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""

@@ -1,0 +1,272 @@
+"""`gpujob submit JOB.yaml --ladder 1,2,4 [--ladder-steps N]`: the job run at each rung of a
+scale-up ladder, in order, on the same target, each rung its own job (`<id>-r<world>`) bounded
+to N steps (GPUJOB_MAX_STEPS), until the first rung that fails; after each rung one row of
+what it measured, and for the failing rung its cause and what the rung before it measured.
+
+Every rung is planned first (plan/ladder.py: layouts and batch arithmetic, every refusal at
+once) and goes through the one launch path (`jobs.launch`) as a submit of it would. A rung's
+job is never left running: a Ctrl-C, a broken follow or an error cancels it before the
+command ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from launcher.errors import UsageError
+from launcher.jobs.ladder_cause import FIRST_STEP, Cause, classify, per_rank, throughput
+from launcher.plan.ladder import Ladder, Rung, plan_ladder
+from launcher.say import say
+from launcher.targets.base import LaunchRequest, Node
+
+DEFAULT_STEPS = 20
+CANCEL_GRACE_S = 10.0
+OOM_PROBE = ("grep -H oom_kill /sys/fs/cgroup/memory.events 2>/dev/null; "
+             "dmesg 2>/dev/null | grep -iE 'out of memory|oom-kill' | tail -n 3; true")  # fmt: skip
+"""What the host's kernel says of the OOM killer, where readable (root, a cgroup v2 host)."""
+STOPPED = "the follow was stopped (Ctrl-C, a signal): the rung is cancelled, the ladder ends"
+COLUMNS = ("world", "exit", "host mem/rank", "GPU mem/rank", "first step", "throughput")
+
+
+@dataclasses.dataclass
+class Measured:
+    rung: Rung
+    exit_code: int
+    host_memory: str = "-"
+    gpu_memory: str = "-"
+    first_step: str = "-"
+    throughput: str = "-"
+    cause: Cause | None = None
+
+    def cells(self) -> tuple[str, ...]:
+        return (str(self.rung.world), str(self.exit_code), self.host_memory, self.gpu_memory,
+                self.first_step, self.throughput)  # fmt: skip
+
+
+def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
+    from launcher.jobs.launch import new_job_id
+    from launcher.spec.load import load_requested
+
+    if rungs is None:
+        raise UsageError(f"--ladder-steps {steps} goes with --ladder (the rungs to run)",
+                         "add --ladder 1,2,4, or leave --ladder-steps out")  # fmt: skip
+    _refuse_with(request)
+    loaded = load_requested(vars(request))
+    plan = plan_ladder(loaded.spec, rungs, steps or DEFAULT_STEPS,
+                       loaded.where("batch", "global_batch"))  # fmt: skip
+    ladder_id = request.job_id or new_job_id(loaded.spec.name)
+    if request.dry_run:
+        return _dry_run(request, plan, ladder_id)
+    say(plan.text(ladder_id).rstrip("\n"))
+    done: list[Measured] = []
+    for rung in plan.rungs:
+        measured = _run_rung(_rung_request(request, rung, plan, ladder_id), rung)
+        done.append(measured)
+        _row(measured, header=len(done) == 1)
+        if measured.exit_code != 0:
+            _explain(measured, done[-2] if len(done) > 1 else None)
+            break
+    sys.stdout.write(table(done))
+    if done[-1].exit_code == 0:
+        say(f"ladder {ladder_id}: every rung passed")
+    return done[-1].exit_code
+
+
+def _refuse_with(request: LaunchRequest) -> None:
+    refused = {"--up": request.up, "--detach": request.detach, "--recover": request.recover,
+               "--resume-from": request.resume_path, "--json": request.as_json}  # fmt: skip
+    for flag, given in refused.items():
+        if not given:
+            continue
+        hint = ("rent the top rung's hosts with `gpujob up GPU:N`, run the ladder on them with "
+                "--on HOST, then `gpujob down HOST`" if flag == "--up"
+                else f"leave {flag} out")  # fmt: skip
+        raise UsageError(f"--ladder with {flag}: a ladder runs each rung to its end here, on "
+                         "hosts it does not rent", hint)  # fmt: skip
+
+
+def _rung_request(
+    request: LaunchRequest, rung: Rung, plan: Ladder, ladder_id: str
+) -> LaunchRequest:
+    return dataclasses.replace(request, sets=(*request.sets, *rung.sets),
+                               job_id=rung.job_id(ladder_id), max_steps=plan.steps)  # fmt: skip
+
+
+def _dry_run(request: LaunchRequest, plan: Ladder, ladder_id: str) -> int:
+    """The ladder, then each rung's own dry run: the objects that would run."""
+    from launcher.jobs.launch import launch
+    from launcher.targets.base import target_for_request
+
+    sys.stdout.write(plan.text(ladder_id))
+    for rung in plan.rungs:
+        sys.stdout.write(f"\n# rung {rung.job_id(ladder_id)}\n")
+        sys.stdout.flush()
+        rung_request = _rung_request(request, rung, plan, ladder_id)
+        launch(rung_request, target_for_request(rung_request))
+    return 0
+
+
+def _run_rung(request: LaunchRequest, rung: Rung) -> Measured:
+    """One rung through the launch path, followed to its end; never left running."""
+    from launcher.jobs.follow import show_log
+    from launcher.jobs.launch import launch
+    from launcher.state.db import StateDB
+    from launcher.targets.base import target_for_request
+
+    assert request.job_id is not None
+    say(f"rung {request.job_id}: world size {rung.world}")
+    begun = time.monotonic()
+    clock = StepClock(begun)
+    started = None
+    try:
+        started = launch(request, target_for_request(request))
+        assert started is not None
+        job = StateDB().job(started.job_id)
+        assert job is not None
+        with clock.watching():
+            code = show_log(job, follow=True, opened=started.opened,
+                            first_reads=started.first_reads)  # fmt: skip
+        return _measure(request.job_id, rung, code, clock, started.opened)
+    finally:
+        _never_left_running(request.job_id)
+        if started is not None:
+            started.close()
+
+
+def _never_left_running(job_id: str) -> None:
+    """A rung whose follow stopped (Ctrl-C, SIGTERM, an error) with its job still running is
+    cancelled: the ladder leaves nothing behind."""
+    from launcher.jobs.cancel import cancel_job
+    from launcher.jobs.state import is_terminal
+    from launcher.state.db import StateDB
+
+    job = StateDB().job(job_id)
+    if job is not None and not is_terminal(job.state):
+        say(f"rung {job_id} still runs: cancelling it")
+        cancel_job(job, CANCEL_GRACE_S)
+
+
+def _measure(job_id: str, rung: Rung, code: int, clock: StepClock, opened: Any) -> Measured:
+    """The rung's row from its agents' statuses (peak memory per rank) and its log."""
+    from launcher.jobs.state import is_terminal
+    from launcher.state.db import StateDB
+    from launcher.targets.base import target_for
+
+    job = StateDB().job(job_id)
+    assert job is not None
+    if not is_terminal(job.state):  # the follow stopped, not the job: cancelled, and no rung more
+        return Measured(rung, code or 1, cause=Cause(STOPPED, None, ()))
+    host: dict[str, int] = {}
+    gpu: dict[str, int] = {}
+    texts: list[tuple[Node, str, dict[str, Any]]] = []
+    for node in target_for(job).nodes(job, opened):
+        data, status = node.connection.read_log(node.node_dir, 0)
+        host.update(status.get("peak_rss_by_rank") or {})
+        gpu.update(status.get("peak_gpu_by_rank") or {})
+        if not status.get("peak_rss_by_rank") and status.get("peak_rss_bytes"):
+            host[str(node.rank)] = int(status["peak_rss_bytes"])  # no RANK: the node's tree
+        texts.append((node, data.decode(errors="replace"), status))
+    log = "\n".join(text for _, text, _ in texts)
+    measured = Measured(rung, code, per_rank(host), per_rank(gpu), clock.first_step(),
+                        throughput(log))  # fmt: skip
+    if code != 0:
+        measured.cause = _cause(texts, code)
+    return measured
+
+
+def _cause(texts: list[tuple[Node, str, dict[str, Any]]], code: int) -> Cause:
+    """The failed nodes' causes, the most specific first (a peer's lost connection last)."""
+    failed = [(node, text, status) for node, text, status in texts
+              if status.get("exit_code") not in (0, None)] or texts  # fmt: skip
+    causes = []
+    for node, text, status in failed:
+        probe = node.connection.run(["sh", "-c", OOM_PROBE])
+        causes.append(classify(text, status.get("exit_code", code), probe.stdout))
+    return min(causes, key=lambda cause: cause.what.startswith(("traceback", "exit code")))
+
+
+def _row(measured: Measured, header: bool) -> None:
+    if header:
+        say(" | ".join(COLUMNS))
+    say(" | ".join(measured.cells()))
+
+
+def _explain(measured: Measured, before: Measured | None) -> None:
+    cause = measured.cause
+    assert cause is not None
+    say(f"world {measured.rung.world} failed: {cause.line()}; its last lines:")
+    for line in cause.lines:
+        sys.stderr.write(f"  {line}\n")
+    if before is not None:
+        say(f"the rung before (world {before.rung.world}) measured: host memory per rank "
+            f"{before.host_memory}, GPU memory per rank {before.gpu_memory}, first step after "
+            f"{before.first_step}, throughput {before.throughput}")  # fmt: skip
+
+
+def table(done: list[Measured]) -> str:
+    """The ladder's table (stdout: the command's answer), the failing rung's cause last."""
+    rows = [COLUMNS, *(m.cells() for m in done)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]  # fmt: skip
+    failed = done[-1].cause
+    if failed is not None:
+        lines.append(f"world {done[-1].rung.world}: {failed.line()}")
+    return "\n".join(lines) + "\n"
+
+
+class StepClock:
+    """The time from the rung's start to the first line of its log that names a step, read
+    from the log as the follow writes it to stdout."""
+
+    def __init__(self, begun: float) -> None:
+        self.begun = begun
+        self.seen: float | None = None
+        self.carry = b""
+
+    def first_step(self) -> str:
+        return "-" if self.seen is None else f"{self.seen - self.begun:.1f}s"
+
+    def heard(self, data: bytes) -> None:
+        if self.seen is not None:
+            return
+        lines = (self.carry + data).split(b"\n")
+        self.carry = lines.pop()[-4096:]
+        if any(FIRST_STEP.search(line.decode(errors="replace")) for line in lines):
+            self.seen = time.monotonic()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        real = sys.stdout
+        sys.stdout = _Tapped(real, self)
+        try:
+            yield
+        finally:
+            sys.stdout = real
+
+
+class _Tapped:
+    """stdout whose `buffer` tells the clock what goes through it."""
+
+    def __init__(self, real: Any, clock: StepClock) -> None:
+        self._real, self.buffer = real, _TappedBuffer(real.buffer, clock)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _TappedBuffer:
+    def __init__(self, real: Any, clock: StepClock) -> None:
+        self._real, self._clock = real, clock
+
+    def write(self, data: bytes) -> int:
+        self._clock.heard(bytes(data))
+        return int(self._real.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
