@@ -52,7 +52,7 @@ def classify(text: str, exit_code: int | None, oom_record: str = "") -> Cause:
     """The cause of one failed node's end from its log, its exit code and what the host's
     kernel said (`oom_record`: dmesg lines and cgroup memory.events, where readable)."""
     rank = _failing_rank(text)
-    lines = tuple(crash_lines(_rank_text(text, rank)))
+    lines = _last_lines(text, rank)
     killed = exit_code in (137, -9) or bool(SIGKILLED.search(text))
     if killed and OOM_RECORD.search(oom_record):
         record = next(line for line in oom_record.splitlines() if OOM_RECORD.search(line))
@@ -69,11 +69,28 @@ def classify(text: str, exit_code: int | None, oom_record: str = "") -> Cause:
     return Cause(f"exit code {exit_code}", rank, lines)
 
 
+def _root_cause(text: str) -> str:
+    """torchrun's summary of the first failure (the ranks it stopped are listed before it)."""
+    _, marker, after = text.rpartition("Root Cause (first observed failure)")
+    return after if marker else ""
+
+
 def _failing_rank(text: str) -> str | None:
     """torchrun's root-cause summary names the rank (`rank : 2 (local_rank: 2)`); newer
     torch marks each rank's own lines `[rankN]:`."""
-    found = ROOT_RANK.search(text) or OWN_RANK.search(text)
+    found = ROOT_RANK.search(_root_cause(text)) or OWN_RANK.search(text)
     return found.group(1) if found else None
+
+
+def _last_lines(text: str, rank: str | None) -> tuple[str, ...]:
+    """The failing rank's own last lines, then torchrun's verdict on it (its root cause's,
+    not the first rank it lists, which it stopped)."""
+    lines = crash_lines(_rank_text(text, rank))
+    verdict = [line.strip() for line in _root_cause(text).splitlines()
+               if line.strip().startswith(("rank ", "exitcode "))][:2]  # fmt: skip
+    if verdict:
+        lines = [line for line in lines if not line.startswith(("rank ", "exitcode "))]
+    return (*lines, *verdict)
 
 
 def _rank_text(text: str, rank: str | None) -> str:
