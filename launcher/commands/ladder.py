@@ -16,13 +16,16 @@ import dataclasses
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.errors import UsageError
+from launcher.errors import ManyUsageErrors, UsageError
 from launcher.jobs.ladder_cause import FIRST_STEP, Cause, classify, per_rank, throughput
 from launcher.plan.ladder import Ladder, Rung, plan_ladder
 from launcher.say import say
 from launcher.targets.base import LaunchRequest, Node
+
+if TYPE_CHECKING:
+    from launcher.targets.cloud.rent import Rent
 
 DEFAULT_STEPS = 20
 CANCEL_GRACE_S = 10.0
@@ -60,12 +63,29 @@ def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
     plan = plan_ladder(loaded.spec, rungs, steps or DEFAULT_STEPS,
                        loaded.where("batch", "global_batch"))  # fmt: skip
     ladder_id = request.job_id or new_job_id(loaded.spec.name)
+    _load_every_rung(request, plan, ladder_id)
     if request.dry_run:
         return _dry_run(request, plan, ladder_id)
     say(plan.text(ladder_id).rstrip("\n"))
+    if not request.up:
+        return _climb(request, plan, ladder_id, ())
+    from launcher.targets.cloud.rent import renting
+
+    with renting("ladder --up") as rent:  # every way out terminates what it rented
+        hosts = _rent_for_the_top(request, plan, ladder_id, rent)
+        code = _climb(dataclasses.replace(request, up=None), plan, ladder_id, hosts)
+        rent.undo(interrupted=False, why="finished")
+        return code
+
+
+def _climb(request: LaunchRequest, plan: Ladder, ladder_id: str, hosts: tuple[str, ...]) -> int:
+    """The rungs in order, on `hosts` (rented for the top rung) or the request's target."""
     done: list[Measured] = []
     for rung in plan.rungs:
-        measured = _run_rung(_rung_request(request, rung, plan, ladder_id), rung)
+        rung_request = _rung_request(request, rung, plan, ladder_id)
+        if hosts:
+            rung_request = dataclasses.replace(rung_request, on=hosts[: rung.nodes])
+        measured = _run_rung(rung_request, rung)
         done.append(measured)
         _row(measured, header=len(done) == 1)
         if measured.exit_code != 0:
@@ -77,17 +97,54 @@ def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
     return done[-1].exit_code
 
 
+def _rent_for_the_top(
+    request: LaunchRequest, plan: Ladder, ladder_id: str, rent: Rent
+) -> tuple[str, ...]:
+    """`--up`: the top rung's hosts, rented once through submit --up's own placement (its
+    checks before renting, its offers, its all-or-nothing launch); every rung runs on them
+    as on `--on` hosts, and the rent ends with the ladder."""
+    from launcher.jobs.launch import gpus_to_rent, prepare
+    from launcher.remote.hosts import HostEntry
+    from launcher.targets.base import close_all, target_for_request
+    from launcher.targets.hosts import HostsTarget
+
+    top = _rung_request(request, plan.rungs[-1], plan, ladder_id)
+    job = prepare(top)
+    top = dataclasses.replace(top, up=gpus_to_rent(top.up or "", job.loaded))
+    target = target_for_request(top, rent)
+    assert isinstance(target, HostsTarget)  # a cloud's: placed as submit --up places
+    placement, _ = target.place(job, top)
+    close_all(list(placement.connections.values()))
+    names = tuple(HostEntry.from_record(record).name for record in placement.records)
+    say(f"ladder {ladder_id}: rented {', '.join(names)} for the top rung; every rung runs there")
+    return names
+
+
+def _load_every_rung(request: LaunchRequest, plan: Ladder, ladder_id: str) -> None:
+    """Each rung's spec as its launch will load it: what any rung refuses is said, for every
+    rung at once, before the first one starts."""
+    from launcher.spec.load import load_requested
+
+    refusals = []
+    for rung in plan.rungs:
+        try:
+            load_requested(vars(_rung_request(request, rung, plan, ladder_id)))
+        except UsageError as err:
+            refusals += [f"rung {rung.job_id(ladder_id)}: {line}" for line in err.lines()]
+    if refusals:
+        raise ManyUsageErrors(refusals)
+
+
 def _refuse_with(request: LaunchRequest) -> None:
-    refused = {"--up": request.up, "--detach": request.detach, "--recover": request.recover,
+    refused = {"--detach": request.detach, "--recover": request.recover,
                "--resume-from": request.resume_path, "--json": request.as_json}  # fmt: skip
+    if not request.up and (request.max_cost is not None or request.autostop_key_on_host):
+        raise UsageError("--max-cost and --autostop-key-on-host go with --up (a rental)",
+                         "add --up GPU, or leave them out")  # fmt: skip
     for flag, given in refused.items():
-        if not given:
-            continue
-        hint = ("rent the top rung's hosts with `gpujob up GPU:N`, run the ladder on them with "
-                "--on HOST, then `gpujob down HOST`" if flag == "--up"
-                else f"leave {flag} out")  # fmt: skip
-        raise UsageError(f"--ladder with {flag}: a ladder runs each rung to its end here, on "
-                         "hosts it does not rent", hint)  # fmt: skip
+        if given:
+            raise UsageError(f"--ladder with {flag}: a ladder follows each rung to its end, "
+                             "from a fresh start", f"leave {flag} out")  # fmt: skip
 
 
 def _rung_request(
@@ -103,6 +160,10 @@ def _dry_run(request: LaunchRequest, plan: Ladder, ladder_id: str) -> int:
     from launcher.targets.base import target_for_request
 
     sys.stdout.write(plan.text(ladder_id))
+    if request.up:
+        top = plan.rungs[-1]
+        sys.stdout.write(f"--up {request.up}: rents once, {top.nodes} host(s) for the top rung; "
+                         "every rung runs on them, terminated when the ladder ends\n")  # fmt: skip
     for rung in plan.rungs:
         sys.stdout.write(f"\n# rung {rung.job_id(ladder_id)}\n")
         sys.stdout.flush()
@@ -199,7 +260,10 @@ def _row(measured: Measured, header: bool) -> None:
 def _explain(measured: Measured, before: Measured | None) -> None:
     cause = measured.cause
     assert cause is not None
-    say(f"world {measured.rung.world} failed: {cause.line()}; its last lines:")
+    say(
+        f"world {measured.rung.world} failed: {cause.line()}"
+        + ("; its last lines:" if cause.lines else "")
+    )
     for line in cause.lines:
         sys.stderr.write(f"  {line}\n")
     if before is not None:

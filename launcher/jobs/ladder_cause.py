@@ -30,6 +30,8 @@ LAST_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exceptio
 OOM_RECORD = re.compile(
     r"Out of memory: Killed process|oom-kill|oom_kill [1-9]|Memory cgroup out of memory"
 )
+STOPPING = re.compile(r"Sending process \d+ closing signal")
+"""torchrun stopping the other ranks: its noise, not the failing rank's words."""
 FIRST_STEP = re.compile(r"\bstep\s*[=:]?\s*\d", re.I)
 UNIT = r"(?P<unit>tokens|samples|it|imgs|images)/s"
 RATES = (re.compile(UNIT + r"\s*[=:]?\s*(?P<n>\d+(?:\.\d+)?)"),
@@ -85,7 +87,7 @@ def _failing_rank(text: str) -> str | None:
 def _last_lines(text: str, rank: str | None) -> tuple[str, ...]:
     """The failing rank's own last lines, then torchrun's verdict on it (its root cause's,
     not the first rank it lists, which it stopped)."""
-    lines = crash_lines(_rank_text(text, rank))
+    lines = [line for line in crash_lines(_rank_text(text, rank)) if not STOPPING.search(line)]
     verdict = [line.strip() for line in _root_cause(text).splitlines()
                if line.strip().startswith(("rank ", "exitcode "))][:2]  # fmt: skip
     if verdict:
@@ -103,8 +105,10 @@ def _rank_text(text: str, rank: str | None) -> str:
 
 def throughput(text: str) -> str:
     """The job's steady throughput if it prints one: a `steady` line's, else the last rate."""
-    found = [(m, line) for line in text.splitlines() for rate in RATES
-             for m in rate.finditer(line)]  # fmt: skip
+    found = []
+    for line in text.splitlines():  # a line's `UNIT/s N` first: `step 4/4 samples/s 104`
+        matches = list(RATES[0].finditer(line)) or list(RATES[1].finditer(line))
+        found += [(match, line) for match in matches]
     if not found:
         return "-"
     steady = [pair for pair in found if "steady" in pair[1].lower()]

@@ -33,11 +33,15 @@ class Rung:
     gpu: str | None
     """`NAME:COUNT` for resources.accelerators (None: a CPU job)."""
     grad_accum_steps: int | None
+    one_per_node: bool = False
+    """launcher none, ray, a shell block: no `run.nproc_per_node` to set."""
 
     @property
     def sets(self) -> tuple[str, ...]:
         """The rung as `--set` overrides of the spec, appended after the user's own."""
-        sets = [f"nodes={self.nodes}", f"run.nproc_per_node={self.nproc_per_node}"]
+        sets = [f"nodes={self.nodes}"]
+        if not self.one_per_node:
+            sets.append(f"run.nproc_per_node={self.nproc_per_node}")
         if self.gpu is not None:
             sets.append(f"resources.accelerators={self.gpu}")
         return tuple(sets)
@@ -125,7 +129,8 @@ def _rung(spec: JobSpec, size: int, by_nodes: bool) -> Rung:
         count = spec.resources.gpus_per_node if one_per_node or by_nodes else nproc
         gpu = f"{spec.resources.gpu_name}:{count}"
     world = nodes * (1 if one_per_node else nproc)
-    return Rung(world=world, nodes=nodes, nproc_per_node=nproc, gpu=gpu, grad_accum_steps=None)
+    return Rung(world=world, nodes=nodes, nproc_per_node=nproc, gpu=gpu, grad_accum_steps=None,
+                one_per_node=one_per_node)  # fmt: skip
 
 
 def _with_batch(spec: JobSpec, rung: Rung, where: str) -> Rung:

@@ -6,11 +6,14 @@ job left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +107,25 @@ def job_pids(jobs: Path) -> list[int]:
         if state != "Z" and (str(jobs).encode() in environ or cwd.startswith(str(jobs))):
             found.append(int(entry.name))
     return found
+
+
+def test_a_ctrl_c_during_a_rung_cancels_it_and_ends_the_ladder(tmp_path: Path) -> None:
+    spec = write_ladder_job(tmp_path)
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    log = tmp_path / "state" / "jobs" / "int-r1" / "node-0" / "job.log"
+    ladder = subprocess.Popen([GPUJOB, "submit", str(spec), "--ladder", "1,2", "--ladder-steps",
+                               "100000", "--job-id", "int"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (log.is_file() and "step 5/" in log.read_text()):
+        assert ladder.poll() is None and time.monotonic() < deadline, ladder.communicate()
+        time.sleep(0.5)
+    ladder.send_signal(signal.SIGINT)
+    out, err = ladder.communicate(timeout=120)
+    assert ladder.returncode == 130, err
+    assert "rung int-r1 still runs: cancelling it" in err and "job int-r1 cancelled" in err
+    assert "world 1: the follow was stopped" in out
+    shown = subprocess.run([GPUJOB, "status", "--json"], env=env, capture_output=True, text=True)
+    states = {row["id"]: row["state"] for row in json.loads(shown.stdout)["jobs"]}
+    assert states == {"int-r1": "cancelled"}, states  # the rung of 2 never started
+    assert job_pids(tmp_path / "state" / "jobs") == []

@@ -153,6 +153,7 @@ def test_throughput_is_the_steady_figure_else_the_last_rate() -> None:
     assert throughput(log) == "1234 tokens/s"
     assert throughput("epoch 1: 88.5 samples/s\nepoch 2: 90.2 samples/s") == "90 samples/s"
     assert throughput("no rate here") == "-"
+    assert throughput("node 0 step 4/4 samples/s 104") == "104 samples/s"
 
 
 def test_memory_per_rank_is_in_rank_order() -> None:
@@ -175,7 +176,7 @@ def test_dry_run_prints_the_ladder_then_each_rungs_plan(gpujob: Callable[..., Re
 @pytest.mark.parametrize(
     ("args", "said"),
     [(["--ladder-steps", "3"], "--ladder-steps 3 goes with --ladder"),
-     (["--ladder", "1,2", "--up", "a100"], "--ladder with --up: a ladder runs each rung"),
+     (["--ladder", "1,2", "--max-cost", "5"], "--max-cost and --autostop-key-on-host go with"),
      (["--ladder", "1,2", "--detach"], "--ladder with --detach"),
      (["--ladder", "1,3"], "rung 3: ")],
 )  # fmt: skip
@@ -186,3 +187,20 @@ def test_ladder_refusals_exit_2_in_one_line(
     assert result.exit_code == 2
     assert said in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_one_process_per_node_rung_sets_only_the_node_count() -> None:
+    job = spec(run={"entrypoint": "t.py", "launcher": "none"})
+    assert [r.sets for r in plan_ladder(job, "1,2", 5).rungs] == [("nodes=1",), ("nodes=2",)]
+
+
+def test_every_rung_the_spec_refuses_is_named_before_any_runs(
+    gpujob: Callable[..., Result], tmp_path: Path
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: acc\nimage: host\nrun: {entrypoint: t.py, launcher: accelerate}\n")
+    result = gpujob("submit", str(job), "--ladder", "1,2,4", "--job-id", "a")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert [line.split(":")[2] for line in lines] == [" rung a-r2", " rung a-r4"], lines
+    assert "launcher: accelerate needs GPUs for more than one process (world size 2" in lines[0]
