@@ -3,7 +3,7 @@ table shows memory per rank, and the rung before a failure is read from it).
 
 A rank is the RANK torchrun (or deepspeed, accelerate) gives each worker; the worker's own
 children (a data loader, a kernel compile) inherit it, so their memory counts for that rank.
-Where nvidia-smi exists, each rank's GPU memory is sampled too, at most every 5 s (a call
+Where nvidia-smi exists, each rank's GPU memory is sampled too, at most every 2 s (a call
 takes tens of milliseconds). Standard library only: shipped beside the agent.
 """
 
@@ -21,7 +21,7 @@ from agent_os import rss_bytes
 from reserve import write_status
 
 WRITE_EVERY_S = 5.0
-GPU_EVERY_S = 5.0
+GPU_EVERY_S = 2.0
 
 
 def rank_of(pid: int) -> str | None:
