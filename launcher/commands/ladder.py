@@ -11,18 +11,17 @@ command ends.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import ManyUsageErrors, UsageError
-from launcher.jobs.ladder_cause import FIRST_STEP, Cause, classify, per_rank, throughput
+from launcher.errors import GpujobError, ManyUsageErrors, UsageError
+from launcher.jobs.ladder_cause import Cause, classify, per_rank, throughput
+from launcher.jobs.step_clock import StepClock
 from launcher.plan.ladder import Ladder, Rung, plan_ladder
 from launcher.say import say
-from launcher.targets.base import LaunchRequest, Node
+from launcher.targets.base import LaunchRequest
 
 if TYPE_CHECKING:
     from launcher.targets.cloud.rent import Rent
@@ -68,7 +67,7 @@ def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
         return _dry_run(request, plan, ladder_id)
     say(plan.text(ladder_id).rstrip("\n"))
     if not request.up:
-        return _climb(request, plan, ladder_id, ())
+        return _climb(request, plan, ladder_id, _on_hosts(request, plan))
     from launcher.targets.cloud.rent import renting
 
     with renting("ladder --up") as rent:  # every way out terminates what it rented
@@ -81,11 +80,12 @@ def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
 def _climb(request: LaunchRequest, plan: Ladder, ladder_id: str, hosts: tuple[str, ...]) -> int:
     """The rungs in order, on `hosts` (rented for the top rung) or the request's target."""
     done: list[Measured] = []
+    probes: dict[str, str] = {}  # each host's OOM record after the rung before
     for rung in plan.rungs:
         rung_request = _rung_request(request, rung, plan, ladder_id)
         if hosts:
             rung_request = dataclasses.replace(rung_request, on=hosts[: rung.nodes])
-        measured = _run_rung(rung_request, rung)
+        measured = _run_rung(rung_request, rung, probes)
         done.append(measured)
         _row(measured, header=len(done) == 1)
         if measured.exit_code != 0:
@@ -95,6 +95,22 @@ def _climb(request: LaunchRequest, plan: Ladder, ladder_id: str, hosts: tuple[st
     if done[-1].exit_code == 0:
         say(f"ladder {ladder_id}: every rung passed")
     return done[-1].exit_code
+
+
+def _on_hosts(request: LaunchRequest, plan: Ladder) -> tuple[str, ...]:
+    """`--on A,B`: each rung takes the first hosts it needs (node 0 first); one host (all
+    nodes on it) or a SLURM cluster is given to every rung as it is."""
+    from launcher.targets.slurm.cluster import is_slurm_target
+
+    hosts = tuple(host for item in request.on for host in item.split(",") if host.strip())
+    if len(hosts) < 2 or is_slurm_target(hosts):
+        return ()
+    top = plan.rungs[-1]
+    if len(hosts) < top.nodes:
+        raise UsageError(f"--on names {len(hosts)} hosts but the ladder's top rung (world "
+                         f"{top.world}) needs {top.nodes} nodes",
+                         "name one host per node of the top rung, node 0 first")  # fmt: skip
+    return hosts
 
 
 def _rent_for_the_top(
@@ -172,7 +188,7 @@ def _dry_run(request: LaunchRequest, plan: Ladder, ladder_id: str) -> int:
     return 0
 
 
-def _run_rung(request: LaunchRequest, rung: Rung) -> Measured:
+def _run_rung(request: LaunchRequest, rung: Rung, probes: dict[str, str]) -> Measured:
     """One rung through the launch path, followed to its end; never left running."""
     from launcher.jobs.follow import show_log
     from launcher.jobs.launch import launch
@@ -192,7 +208,9 @@ def _run_rung(request: LaunchRequest, rung: Rung) -> Measured:
         with clock.watching():
             code = show_log(job, follow=True, opened=started.opened,
                             first_reads=started.first_reads)  # fmt: skip
-        return _measure(request.job_id, rung, code, clock, started.opened)
+        return _measure(request.job_id, rung, code, clock, started.opened, probes)
+    except GpujobError as err:  # the rung never ran to an end: said as its cause
+        return Measured(rung, int(err.exit_code), cause=Cause(err.one_line(), None, ()))
     finally:
         _never_left_running(request.job_id)
         if started is not None:
@@ -212,8 +230,11 @@ def _never_left_running(job_id: str) -> None:
         cancel_job(job, CANCEL_GRACE_S)
 
 
-def _measure(job_id: str, rung: Rung, code: int, clock: StepClock, opened: Any) -> Measured:
-    """The rung's row from its agents' statuses (peak memory per rank) and its log."""
+def _measure(
+    job_id: str, rung: Rung, code: int, clock: StepClock, opened: Any, probes: dict[str, str]
+) -> Measured:
+    """The rung's row from its agents' statuses (peak memory per rank) and its log; each
+    host's OOM record is read after every rung, so a failing rung's is told from older ones."""
     from launcher.jobs.state import is_terminal
     from launcher.state.db import StateDB
     from launcher.targets.base import target_for
@@ -224,31 +245,28 @@ def _measure(job_id: str, rung: Rung, code: int, clock: StepClock, opened: Any) 
         return Measured(rung, code or 1, cause=Cause(STOPPED, None, ()))
     host: dict[str, int] = {}
     gpu: dict[str, int] = {}
-    texts: list[tuple[Node, str, dict[str, Any]]] = []
+    failed: list[tuple[str, str, int]] = []
+    logs, before, probed = [], dict(probes), set()
     for node in target_for(job).nodes(job, opened):
         data, status = node.connection.read_log(node.node_dir, 0)
         host.update(status.get("peak_rss_by_rank") or {})
         gpu.update(status.get("peak_gpu_by_rank") or {})
         if not status.get("peak_rss_by_rank") and status.get("peak_rss_bytes"):
             host[str(node.rank)] = int(status["peak_rss_bytes"])  # no RANK: the node's tree
-        texts.append((node, data.decode(errors="replace"), status))
-    log = "\n".join(text for _, text, _ in texts)
+        name = node.connection.host
+        if name not in probed:  # once per host and rung
+            probes[name] = node.connection.run(["sh", "-c", OOM_PROBE]).stdout
+            probed.add(name)
+        logs.append(data.decode(errors="replace"))
+        if status.get("exit_code") not in (0, None):
+            failed.append((logs[-1], name, int(status["exit_code"])))
     measured = Measured(rung, code, per_rank(host), per_rank(gpu), clock.first_step(),
-                        throughput(log))  # fmt: skip
+                        throughput("\n".join(logs)))  # fmt: skip
     if code != 0:
-        measured.cause = _cause(texts, code)
+        causes = [classify(text, exit_code, probes[name], before.get(name, ""))
+                  for text, name, exit_code in failed or [(logs[0], name, code)]]  # fmt: skip
+        measured.cause = min(causes, key=lambda c: c.what.startswith(("traceback", "exit code")))
     return measured
-
-
-def _cause(texts: list[tuple[Node, str, dict[str, Any]]], code: int) -> Cause:
-    """The failed nodes' causes, the most specific first (a peer's lost connection last)."""
-    failed = [(node, text, status) for node, text, status in texts
-              if status.get("exit_code") not in (0, None)] or texts  # fmt: skip
-    causes = []
-    for node, text, status in failed:
-        probe = node.connection.run(["sh", "-c", OOM_PROBE])
-        causes.append(classify(text, status.get("exit_code", code), probe.stdout))
-    return min(causes, key=lambda cause: cause.what.startswith(("traceback", "exit code")))
 
 
 def _row(measured: Measured, header: bool) -> None:
@@ -282,55 +300,3 @@ def table(done: list[Measured]) -> str:
     if failed is not None:
         lines.append(f"world {done[-1].rung.world}: {failed.line()}")
     return "\n".join(lines) + "\n"
-
-
-class StepClock:
-    """The time from the rung's start to the first line of its log that names a step, read
-    from the log as the follow writes it to stdout."""
-
-    def __init__(self, begun: float) -> None:
-        self.begun = begun
-        self.seen: float | None = None
-        self.carry = b""
-
-    def first_step(self) -> str:
-        return "-" if self.seen is None else f"{self.seen - self.begun:.1f}s"
-
-    def heard(self, data: bytes) -> None:
-        if self.seen is not None:
-            return
-        lines = (self.carry + data).split(b"\n")
-        self.carry = lines.pop()[-4096:]
-        if any(FIRST_STEP.search(line.decode(errors="replace")) for line in lines):
-            self.seen = time.monotonic()
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        real = sys.stdout
-        sys.stdout = _Tapped(real, self)
-        try:
-            yield
-        finally:
-            sys.stdout = real
-
-
-class _Tapped:
-    """stdout whose `buffer` tells the clock what goes through it."""
-
-    def __init__(self, real: Any, clock: StepClock) -> None:
-        self._real, self.buffer = real, _TappedBuffer(real.buffer, clock)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-class _TappedBuffer:
-    def __init__(self, real: Any, clock: StepClock) -> None:
-        self._real, self._clock = real, clock
-
-    def write(self, data: bytes) -> int:
-        self._clock.heard(bytes(data))
-        return int(self._real.write(data))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)

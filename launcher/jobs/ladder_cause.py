@@ -24,6 +24,7 @@ CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )  # fmt: skip
 """Most specific first: a CUDA OOM's traceback is a traceback too."""
 SIGKILLED = re.compile(r"Signal 9 \(SIGKILL\)|exitcode\s*:\s*-9\b")
+KILLED_PID = re.compile(r"exitcode\s*:\s*-9 \(pid: (\d+)\)")
 ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
 OWN_RANK = re.compile(r"^\[rank(\d+)\]:", re.M)
 LAST_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception)\b.*)$", re.M)
@@ -32,7 +33,6 @@ OOM_RECORD = re.compile(
 )
 STOPPING = re.compile(r"Sending process \d+ closing signal")
 """torchrun stopping the other ranks: its noise, not the failing rank's words."""
-FIRST_STEP = re.compile(r"\bstep\s*[=:]?\s*\d", re.I)
 UNIT = r"(?P<unit>tokens|samples|it|imgs|images)/s"
 RATES = (re.compile(UNIT + r"\s*[=:]?\s*(?P<n>\d+(?:\.\d+)?)"),
          re.compile(r"(?P<n>\d+(?:\.\d+)?)\s*" + UNIT))  # fmt: skip
@@ -50,14 +50,16 @@ class Cause:
         return f"{self.what}{rank}"
 
 
-def classify(text: str, exit_code: int | None, oom_record: str = "") -> Cause:
+def classify(text: str, exit_code: int | None, oom_record: str = "", before: str = "") -> Cause:
     """The cause of one failed node's end from its log, its exit code and what the host's
-    kernel said (`oom_record`: dmesg lines and cgroup memory.events, where readable)."""
+    kernel said (`oom_record`: dmesg lines and cgroup memory.events, where readable; lines
+    already in `before`, the host's record after the rung before, are an older kill's unless
+    they name the killed rank's pid)."""
     rank = _failing_rank(text)
     lines = _last_lines(text, rank)
     killed = exit_code in (137, -9) or bool(SIGKILLED.search(text))
-    if killed and OOM_RECORD.search(oom_record):
-        record = next(line for line in oom_record.splitlines() if OOM_RECORD.search(line))
+    record = _oom_line(text, oom_record, before) if killed else None
+    if record is not None:
         return Cause(f"{OOM_KILLER} (SIGKILL; the kernel: {record.strip()[-120:]})", rank, lines)
     for what, pattern in CAUSES:
         if pattern.search(text):
@@ -69,6 +71,18 @@ def classify(text: str, exit_code: int | None, oom_record: str = "") -> Cause:
     if errors and not PEER_LOST.search(own):
         return Cause(f"traceback: {errors[-1].strip()[:160]}", rank, lines)
     return Cause(f"exit code {exit_code}", rank, lines)
+
+
+def _oom_line(text: str, record: str, before: str) -> str | None:
+    """The kernel's word on this kill: a dmesg line naming the killed rank's pid (torchrun's
+    root cause gives it), else an OOM line the host did not have after the rung before."""
+    found = KILLED_PID.search(_root_cause(text))
+    older = set(before.splitlines())
+    for line in record.splitlines():
+        named = found is not None and re.search(rf"Killed process {found.group(1)}\b", line)
+        if OOM_RECORD.search(line) and (named or line not in older):
+            return line
+    return None
 
 
 def _root_cause(text: str) -> str:

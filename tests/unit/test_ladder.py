@@ -115,7 +115,14 @@ def test_a_sigkill_is_the_oom_killer_only_with_the_kernels_word() -> None:
     )
     dmesg = "[ 812.3] Out of memory: Killed process 21230 (python) total-vm:9000000kB"
     assert classify(text, 137, dmesg).line().startswith("OOM killer (SIGKILL; the kernel: [ 812.3")
-    assert classify(text, 1, "/sys/fs/cgroup/memory.events:oom_kill 2").what.startswith("OOM")
+    assert classify(text, 1, dmesg, before=dmesg).what.startswith("OOM")  # names rank 1's pid
+    events = "/sys/fs/cgroup/memory.events:oom_kill 2"
+    assert classify(text, 1, events, before="/sys/fs/cgroup/memory.events:oom_kill 1").what \
+        .startswith("OOM")  # fmt: skip
+    older = "[ 10.0] Out of memory: Killed process 999 (java)"
+    assert classify(text, 1, f"{older}\n{events}", before=f"{older}\n{events}").what.startswith(
+        "SIGKILL (no OOM-killer record"
+    )  # the host's earlier kills are not this rung's
 
 
 # What CUDA, the C++ runtime and NCCL print, as PyTorch 2.x writes it (no GPU here to run)
@@ -178,7 +185,9 @@ def test_dry_run_prints_the_ladder_then_each_rungs_plan(gpujob: Callable[..., Re
     [(["--ladder-steps", "3"], "--ladder-steps 3 goes with --ladder"),
      (["--ladder", "1,2", "--max-cost", "5"], "--max-cost and --autostop-key-on-host go with"),
      (["--ladder", "1,2", "--detach"], "--ladder with --detach"),
-     (["--ladder", "1,3"], "rung 3: ")],
+     (["--ladder", "1,3"], "rung 3: "),
+     (["--ladder", "nodes:1,4", "--on", "a,b", "--set", "batch.global_batch=32"],
+      "--on names 2 hosts but the ladder's top rung (world 8) needs 4 nodes")],
 )  # fmt: skip
 def test_ladder_refusals_exit_2_in_one_line(
     gpujob: Callable[..., Result], args: list[str], said: str
