@@ -37,6 +37,8 @@ COLUMNS = ("world", "exit", "host mem/rank", "GPU mem/rank", "first step", "thro
 
 @dataclasses.dataclass
 class Measured:
+    """One rung's row: what it measured, and for a failed rung why (`cause`)."""
+
     rung: Rung
     exit_code: int
     host_memory: str = "-"
