@@ -3,6 +3,7 @@
 No download anywhere: the model is built from a transformers config, the text is generated
 here (a tiny grammar, byte-level tokens), so the loss falls quickly and visibly. gpujob passes
 the derived batch sizes and checkpoint settings as GPUJOB_* variables; flags override them.
+`GPUJOB_MAX_STEPS` (a rung of `submit --ladder`) caps `--steps`.
 Checkpoints follow the Hugging Face layout (`checkpoint-N/`, `trainer_state.json` written
 last), saved by rank 0 into a temporary folder and renamed, so a half-written one never
 carries the final name; then the `.gpujob-complete` marker (gpujob's contract, see
@@ -87,7 +88,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--warmup-steps", type=int, default=10, help="Left out of the steady tokens/s figure."
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.steps = min(args.steps, env_int("GPUJOB_MAX_STEPS", args.steps))  # a ladder's rung
+    return args
 
 
 def sentence(rng: random.Random) -> str:

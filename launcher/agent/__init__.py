@@ -30,9 +30,11 @@ HUNG_SOURCE = Path(__file__).with_name("hung.py")
 """py-spy dumps of a job's running ranks (`cancel --dump-first`, the keep): shipped beside both."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
+RANK_MEMORY_SOURCE = Path(__file__).with_name("rank_memory.py")
+"""The job's peak memory, per rank too: shipped beside the agent."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
-                 str(RESERVE_SOURCE), str(HUNG_SOURCE))  # fmt: skip
+                 str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE))  # fmt: skip
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""

@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from hung import cancel_args
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
+from rank_memory import sampler
 from reserve import make_reserve, skipped_if_full, write_status
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
@@ -179,7 +179,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         watch = None
     limits = _limit_watch(node_dir, config, job, status)
     _stop_on_usr1(node_dir, config, job, status, usr1)
-    code = job.wait(_sampler(node_dir, status))
+    code = job.wait(sampler(node_dir, status, STATUS_LOCK))
     if job.reason:  # e.g. a container that ended before its script ran (runtimes.py)
         status["reason"] = job.reason
     _stop_watch(limits)
@@ -187,21 +187,6 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     _record_end(node_dir, status, code, config.get("checkpoints"))
     job.end()
     return 0
-
-
-def _sampler(node_dir: Path, status: dict[str, Any]) -> Callable[[int], None]:
-    """Keeps the job's peak memory in its status, written every 5 s at most."""
-    last_write = 0.0
-
-    def sample(rss: int) -> None:
-        nonlocal last_write
-        status["peak_rss_bytes"] = max(rss, status.get("peak_rss_bytes", 0))
-        if time.monotonic() - last_write > 5:
-            with STATUS_LOCK:
-                write_status(node_dir, status)
-            last_write = time.monotonic()
-
-    return sample
 
 
 def _stop_watch(watch: tuple[threading.Event, threading.Thread] | None) -> None:

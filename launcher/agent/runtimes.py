@@ -22,14 +22,13 @@ from agent_os import (
     descendants,
     forward,
     processes,
-    rss_bytes,
     signal_if_same,
     start_ticks,
 )
 from reserve import skipped_if_full
 
-Sample = Callable[[int], None]
-"""Called about once a second while the job runs, with its processes' resident bytes."""
+Sample = Callable[[list[int]], None]
+"""Called about once a second while the job runs, with its processes (rank_memory.py)."""
 DOCKER_TAIL = 20
 """Lines of `docker logs` kept for a container that ended before its script wrote a line."""
 HINTS = {
@@ -86,7 +85,7 @@ class BareJob:
                 code = self.job.wait(timeout=self.SAMPLE_EVERY_S)
                 return code if code >= 0 else 128 - code
             except subprocess.TimeoutExpired:
-                sample(rss_bytes([self.job.pid, *descendants(self.job.pid)]))
+                sample([self.job.pid, *descendants(self.job.pid)])
 
     def pause(self, paused: bool) -> None:
         assert self.pid is not None

@@ -69,16 +69,27 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
 @click.option("--secret", "secrets", multiple=True, metavar="NAME[=VALUE]",
               help="A secret for the job (masked everywhere, never in a 0644 file); NAME "
               "alone: from your environment.")  # fmt: skip
+@click.option("--ladder", metavar="W,W,..|nodes:N,N,..",
+              help="Run the job at each world size (or node count) in turn, --ladder-steps "
+              "steps each, until the first that fails; a table of what each measured.")  # fmt: skip
+@click.option("--ladder-steps", type=click.IntRange(min=1), metavar="N",
+              help="With --ladder: steps per rung (GPUJOB_MAX_STEPS; default 20).")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.commands.submit import SubmitOptions
     from launcher.commands.submit import submit as run_submit
 
+    rungs, steps = kwargs.pop("ladder"), kwargs.pop("ladder_steps")
     _refuse_idle_flags(kwargs)
     _env_flags(kwargs)
     if kwargs["up"]:
         kwargs["provider"] = provider_for(kwargs["up"], kwargs["provider"])
-    sys.exit(run_submit(SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)))
+    options = SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)
+    if rungs is not None or steps is not None:
+        from launcher.commands.ladder import ladder
+
+        sys.exit(ladder(options, rungs, steps))
+    sys.exit(run_submit(options))
 
 
 def _env_flags(kwargs: dict[str, Any]) -> None:

@@ -105,11 +105,13 @@ def build_plan(
     *,
     follow: bool = False,
     resume_from: str | None = None,
+    max_steps: int | None = None,
     secrets_on_stdin: bool = True,
 ) -> Plan:
     """`follow`: the log is followed from the start, so a one-node start also reads its
     first bytes (one exec fewer before the first line is shown). `resume_from`: the name of
-    the checkpoint a recovery pulled into the checkpoint dir (GPUJOB_RESUME_FROM).
+    the checkpoint a recovery pulled into the checkpoint dir (GPUJOB_RESUME_FROM). `max_steps`:
+    a ladder rung's bound (GPUJOB_MAX_STEPS).
     `secrets_on_stdin`: the secrets go on the start's stdin; without it (SLURM, which runs
     the start), in 0600 files the agent deletes at the start."""
     if not JOB_ID.fullmatch(job_id):
@@ -123,6 +125,8 @@ def build_plan(
     derived = _derived_values(spec, job_id, job_dir)
     if resume_from:
         derived["resume_from"] = str(PurePosixPath(derived["checkpoint_dir"]) / resume_from)
+    if max_steps:
+        derived["max_steps"] = str(max_steps)
     nodes = []
     shipped_to: set[str] = set()
     for rank, host in enumerate(target.hosts):

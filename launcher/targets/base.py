@@ -80,6 +80,8 @@ class LaunchRequest:
     """A recovery's restart number (supervise/recover_loop.py): the job's record is reused."""
     resume_from: str | None = None
     """The checkpoint a recovery pulls onto the new head (GPUJOB_RESUME_FROM)."""
+    max_steps: int | None = None
+    """A ladder rung's bound (`--ladder-steps`): GPUJOB_MAX_STEPS, which the job honours."""
     resume_path: str | None = None
     """`--resume-from REMOTE:prefix/run[/checkpoint-N]`: a checkpoint of another run (or of
     a flat prefix) the job starts from, pulled onto node 0's host (storage/resume.py)."""

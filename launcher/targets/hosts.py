@@ -104,7 +104,7 @@ class HostsTarget:
         sync = preflight(job.loaded, layout, image, report, job.job_id)
         return build_plan(job.loaded.spec, layout, job.job_id, job.secrets, image, job.sources,
                           sync, follow=not request.detach,
-                          resume_from=request.resume_from)  # fmt: skip
+                          resume_from=request.resume_from, max_steps=request.max_steps)  # fmt: skip
 
     def dryrun(self, job: JobInput, request: LaunchRequest) -> Submission:
         from launcher.storage.preflight import env_dir

@@ -125,9 +125,10 @@ class Rent:
 
             release_holds(held, tell)
 
-    def undo(self, interrupted: bool) -> None:
+    def undo(self, interrupted: bool, why: str | None = None) -> None:
         """Terminate everything launched; the waiting for launches still in flight ends at a
-        second signal, the terminate calls never do."""
+        second signal, the terminate calls never do. `why`: a command that ends its rent on
+        purpose says so (a ladder, once its last rung ended)."""
         with cleaning():
             with self._lock:
                 if self.closed:
@@ -138,7 +139,7 @@ class Rent:
                 while self.in_flight and not hurried():
                     self._lock.wait(WAIT_STEP_S)
                 self.closed = True
-                self.why = "interrupted" if interrupted else "failed"
+                self.why = why or ("interrupted" if interrupted else "failed")
                 made, self.made = dict(self.made), {}
                 unanswered, pending = list(self.unanswered), sorted(self.in_flight)
             if pending:
