@@ -165,6 +165,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
                       reason=reason)  # fmt: skip
         job.end()  # a container `docker run` created and could not start holds the secrets
         write_status(node_dir, status)  # after: whoever sees the failure sees it gone
+        _notify(node_dir, config, given, status)
         return failed.code
     status["state"] = "running"
     write_status(node_dir, status)
@@ -185,7 +186,17 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     _stop_watch(watch)
     _record_end(node_dir, status, code, config.get("checkpoints"))
     job.end()
+    _notify(node_dir, config, given, status)
     return 0
+
+
+def _notify(node_dir: Path, config: dict[str, Any], given: dict, status: dict[str, Any]) -> None:
+    """The end posted to the job's webhooks (notify.py, shipped only where job.json asks)."""
+    if config.get("notify"):
+        import notify
+
+        notify.notify_end(node_dir, config, given.get("notify"), status,
+                          lambda text: log_line(node_dir, text))  # fmt: skip
 
 
 def _sampler(node_dir: Path, status: dict[str, Any]) -> Callable[[int], None]:

@@ -1,0 +1,111 @@
+"""`notify:` webhooks through the real CLI and agent on this machine: a local HTTP server
+stands in for Slack/Discord and must receive exactly one JSON POST per event, whose URL (a
+secret) is in no log, job file or state file afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+TOKEN = "T0-secret-hook-9c1e"
+
+
+class Webhook:
+    """A webhook endpoint on loopback that keeps every POST it receives."""
+
+    def __init__(self) -> None:
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append({"path": self.path, "type": self.headers["Content-Type"],
+                                 "body": json.loads(body)})  # fmt: skip
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/services/{TOKEN}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self) -> list[tuple[str, str]]:
+        return [(r["body"]["job_id"], r["body"]["event"]) for r in self.received]
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.server.shutdown()
+    hook.server.server_close()
+
+
+def job_spec(folder: Path, code: int) -> Path:
+    (folder / "work").mkdir(parents=True)
+    (folder / "work" / "prog.py").write_text(
+        f"print('epoch 1 loss 0.5', flush=True)\nraise SystemExit({code})\n"
+    )
+    spec = folder / "job.yaml"
+    spec.write_text(
+        "name: hooked\nimage: host\nworkdir: work\n"
+        "run: {entrypoint: prog.py, launcher: none}\n"
+        "notify:\n  - webhook_env: GJ_HOOK_URL\n    on: [failed, succeeded]\n"
+    )
+    return spec
+
+
+def test_one_post_per_end_with_the_last_lines_and_the_url_nowhere_on_disk(
+    webhook: Webhook, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(state), GJ_HOOK_URL=webhook.url)
+    ends = {}
+    for code in (0, 3):
+        spec = job_spec(tmp_path / f"job{code}", code)
+        done = subprocess.run([GPUJOB, "submit", str(spec), "--job-id", f"hooked-{code}"],
+                              env=env, capture_output=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == code, done.stderr.decode()[-2000:]
+        ends[f"hooked-{code}"] = done
+    assert sorted(webhook.events()) == [("hooked-0", "succeeded"), ("hooked-3", "failed")]
+    for post in webhook.received:
+        body = post["body"]
+        assert post["path"] == f"/services/{TOKEN}" and post["type"] == "application/json"
+        assert body["text"] == body["content"]  # Slack reads one, Discord the other
+        assert f"job {body['job_id']} {body['event']}" in body["text"]
+        assert "epoch 1 loss 0.5" in body["text"] and "cost so far" in body["text"]
+    failed = next(p["body"]["text"] for p in webhook.received if p["body"]["event"] == "failed")
+    assert "reason:" in failed
+    log = (state / "jobs" / "hooked-0" / "node-0" / "job.log").read_text()
+    assert "notify: succeeded to the webhook in $GJ_HOOK_URL delivered" in log
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert TOKEN.encode() not in path.read_bytes(), path
+    for done in ends.values():
+        assert TOKEN.encode() not in done.stdout + done.stderr
+
+
+def test_an_unset_webhook_variable_is_one_line_naming_the_spec_line(tmp_path: Path) -> None:
+    spec = job_spec(tmp_path, 0)
+    env = {k: v for k, v in os.environ.items() if k != "GJ_HOOK_URL"}
+    env["GPUJOB_STATE_DIR"] = str(tmp_path / "state")
+    done = subprocess.run([GPUJOB, "submit", str(spec), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[0] == (
+        f"gpujob: error: {spec}:6: notify: GJ_HOOK_URL is not set in your environment. "
+        "export GJ_HOOK_URL=https://... (the webhook's URL) before submitting; its value is "
+        "never written to the spec, a command line or a log"
+    )
