@@ -26,7 +26,9 @@ def notify_hooks(loaded: LoadedSpec) -> tuple[Hook, ...]:
 
     asked = [(entry, loaded.where("notify", index)) for index, entry in
              enumerate(loaded.spec.notify)] + config_notify()  # fmt: skip
-    environ, events, urls = flag_environ(), {}, {}
+    environ = flag_environ()
+    events: dict[str, set[str]] = {}
+    urls: dict[str, str] = {}
     for entry, where in asked:
         name = entry.webhook_env
         url = environ.get(name, "")

@@ -79,6 +79,8 @@ def checkpoint_care(
         "workdir": f"{job_dir}/workdir",
         "storage_env_file": STORAGE_JSON if storage_file and sync and sync.env else None,
     }
+    if ckpt.outputs:  # only when asked: job.json stays as it was without
+        care["outputs"] = str(PurePosixPath(f"{job_dir}/workdir") / ckpt.outputs)
     if sync:
         care["run"] = run  # whose checkpoints these are: the agent's manifest says so
     return care

@@ -171,7 +171,8 @@ class JobSpec(StrictModel):
     )
     merge: MergeSpec | None = None
     notify: list[NotifySpec] = Field(
-        default_factory=list, description="Webhooks told of the job's end, besides the user config's."
+        default_factory=list,
+        description="Webhooks told of the job's end, besides the user config's.",
     )
     max_duration: Seconds | None = Field(
         default=None,
