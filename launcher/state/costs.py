@@ -152,3 +152,9 @@ def recorded_costs(since: float | None, now: float | None = None) -> Costs:
     """`costs` over the state db's jobs and hosts (every one recorded, live or not)."""
     now = time.time() if now is None else now
     return costs(StateDB().jobs(limit=1 << 31), HostsDB().hosts(live_only=False), since, now)
+
+
+def job_dollars(job_id: str) -> float | None:
+    """What the job's hosts have cost it so far (as `gpujob cost` counts it), None unpriced."""
+    found = recorded_costs(None)
+    return next((job.cost for job in found.jobs if job.id == job_id), None)

@@ -4,54 +4,26 @@ secret) is in no log, job file or state file afterwards."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
+from infra.fakes.webhook import TOKEN, Webhook
+
 pytestmark = pytest.mark.e2e
 
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
-TOKEN = "T0-secret-hook-9c1e"
-
-
-class Webhook:
-    """A webhook endpoint on loopback that keeps every POST it receives."""
-
-    def __init__(self) -> None:
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.append({"path": self.path, "type": self.headers["Content-Type"],
-                                 "body": json.loads(body)})  # fmt: skip
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/services/{TOKEN}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def events(self) -> list[tuple[str, str]]:
-        return [(r["body"]["job_id"], r["body"]["event"]) for r in self.received]
 
 
 @pytest.fixture
 def webhook() -> Iterator[Webhook]:
     hook = Webhook()
     yield hook
-    hook.server.shutdown()
-    hook.server.server_close()
+    hook.close()
 
 
 def job_spec(folder: Path, code: int) -> Path:
