@@ -31,17 +31,18 @@ class NotifySpec(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _on_key(cls, value: Any) -> Any:
-        if isinstance(value, dict) and True in value:  # `on:` as YAML 1.1 reads it
-            value = {("on" if key is True else key): item for key, item in value.items()}
-        return value
-
-    @field_validator("webhook_env")
-    @classmethod
-    def _env_name(cls, value: str) -> str:
-        if not ENV_NAME.match(value):
-            raise ValueError(f"`{value}` is not a variable name; name the variable that holds "
-                             "the URL (e.g. SLACK_URL), never the URL itself")  # fmt: skip
+    def _read(cls, value: Any) -> Any:
+        """`on:` as YAML 1.1 reads it (`True`) is `on`; a `webhook_env` that is no variable
+        name (a URL pasted in) is refused here, on the whole entry, so that the refusal does
+        not quote the value: it may be the secret itself."""
+        if not isinstance(value, dict):
+            return value
+        value = {("on" if key is True else key): item for key, item in value.items()}
+        name = value.get("webhook_env")
+        if isinstance(name, str) and not ENV_NAME.match(name):
+            raise ValueError("webhook_env is not a variable name (its value is not shown: it "
+                             "may be the URL); name the variable that holds the URL, e.g. "
+                             "SLACK_URL, and export it")  # fmt: skip
         return value
 
     @field_validator("on")
