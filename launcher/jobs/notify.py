@@ -83,6 +83,8 @@ def config_notify() -> list[tuple[NotifySpec, str]]:
             found.append((NotifySpec.model_validate(item), where))
         except ValidationError as err:
             first = err.errors()[0]
+            line = lines.get(("notify", index, *first["loc"][:1]))
+            where = f"{path}:{line}" if line else where
             field = ".".join(str(p) for p in ("notify", index, *first["loc"]))
             message = first["msg"].removeprefix("Value error, ")
             raise UsageError(f"{where}: {field}: {message}", f"e.g. {CONFIG_EXAMPLE}") from None

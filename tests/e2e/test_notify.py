@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from infra.fakes.webhook import TOKEN, Webhook
 pytestmark = pytest.mark.e2e
 
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+TIMED_OUT = 124
 
 
 @pytest.fixture
@@ -27,15 +29,17 @@ def webhook() -> Iterator[Webhook]:
 
 
 def job_spec(folder: Path, code: int) -> Path:
+    """Exits `code`; 124 sleeps past its `max_duration` instead."""
     (folder / "work").mkdir(parents=True)
-    (folder / "work" / "prog.py").write_text(
-        f"print('epoch 1 loss 0.5', flush=True)\nraise SystemExit({code})\n"
-    )
+    end = "import time; time.sleep(120)" if code == TIMED_OUT else f"raise SystemExit({code})"
+    (folder / "work" / "prog.py").write_text(f"print('epoch 1 loss 0.5', flush=True)\n{end}\n")
     spec = folder / "job.yaml"
     spec.write_text(
         "name: hooked\nimage: host\nworkdir: work\n"
         "run: {entrypoint: prog.py, launcher: none}\n"
-        "notify:\n  - webhook_env: GJ_HOOK_URL\n    on: [failed, succeeded]\n"
+        "notify:\n  - webhook_env: GJ_HOOK_URL\n    on: [failed, succeeded, timed_out]\n"
+        + "max_duration: 3s\n"
+        * (code == TIMED_OUT)
     )
     return spec
 
@@ -46,21 +50,29 @@ def test_one_post_per_end_with_the_last_lines_and_the_url_nowhere_on_disk(
     state = tmp_path / "state"
     env = dict(os.environ, GPUJOB_STATE_DIR=str(state), GJ_HOOK_URL=webhook.url)
     ends = {}
-    for code in (0, 3):
+    for code in (0, 3, TIMED_OUT):
         spec = job_spec(tmp_path / f"job{code}", code)
         done = subprocess.run([GPUJOB, "submit", str(spec), "--job-id", f"hooked-{code}"],
                               env=env, capture_output=True, timeout=300, check=False)  # fmt: skip
         assert done.returncode == code, done.stderr.decode()[-2000:]
         ends[f"hooked-{code}"] = done
-    assert sorted(webhook.events()) == [("hooked-0", "succeeded"), ("hooked-3", "failed")]
+    deadline = time.monotonic() + 60  # each agent posts once its end is recorded
+    while len(webhook.received) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(webhook.events()) == [
+        ("hooked-0", "succeeded"), ("hooked-124", "timed_out"), ("hooked-3", "failed")
+    ]  # fmt: skip
     for post in webhook.received:
         body = post["body"]
         assert post["path"] == f"/services/{TOKEN}" and post["type"] == "application/json"
         assert body["text"] == body["content"]  # Slack reads one, Discord the other
-        assert f"job {body['job_id']} {body['event']}" in body["text"]
+        assert body["text"].startswith(
+            f"gpujob: job {body['job_id']} {body['event']}".replace("_", " ")
+        )
         assert "epoch 1 loss 0.5" in body["text"] and "cost so far" in body["text"]
-    failed = next(p["body"]["text"] for p in webhook.received if p["body"]["event"] == "failed")
-    assert "reason:" in failed
+    said = {p["body"]["event"]: p["body"]["text"] for p in webhook.received}
+    assert "reason: exit code 3" in said["failed"]
+    assert "reason: timed out after 3s (max_duration)" in said["timed_out"]
     log = (state / "jobs" / "hooked-0" / "node-0" / "job.log").read_text()
     assert "notify: succeeded to the webhook in $GJ_HOOK_URL delivered" in log
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:

@@ -97,7 +97,7 @@ def test_the_user_configs_hooks_join_the_specs_and_its_mistakes_name_its_line(
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0].startswith(
-        f"gpujob: error: {config / 'config.yaml'}:2: notify.0.on: `done` is not an event"
+        f"gpujob: error: {config / 'config.yaml'}:3: notify.0.on: `done` is not an event"
     )
 
 
