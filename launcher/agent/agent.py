@@ -139,10 +139,10 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
     given = given or {}
     env = dict(os.environ, **given.get("secrets", {}), **{MARKER: str(node_dir)})
-    if config.get("secrets_file"):
-        path = node_dir / config["secrets_file"]
-        env.update(read_json(path))
-        path.unlink(missing_ok=True)
+    for key, into in (("secrets_file", env), ("notify_file", given.setdefault("notify", {}))):
+        if config.get(key):  # SLURM's: no stdin of gpujob's at the start
+            into.update(read_json(node_dir / config[key]))
+            (node_dir / config[key]).unlink(missing_ok=True)
     job = job_for(node_dir, config, node_dir / config.get("log", "job.log"))
     status: dict[str, Any] = {
         "job_id": config.get("job_id"),

@@ -13,7 +13,6 @@ recorded: a webhook that does not answer never holds up the job or its status.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -141,18 +140,12 @@ def notify_end(node_dir: Path, config: dict[str, Any], urls: dict[str, str] | No
     care = config.get("notify")
     if not care:
         return
-    urls = dict(urls or {})
-    if care.get("file"):  # SLURM: no stdin of gpujob's; a 0600 file, deleted once read
-        path = node_dir / care["file"]
-        with contextlib.suppress(OSError, ValueError):
-            urls.update(json.loads(path.read_text()))
-        path.unlink(missing_ok=True)
     event = event_of(str(status.get("state")))
     lines = tail_lines(node_dir / config.get("log", "job.log"))
     cost = cost_so_far(care.get("price_per_hour"), status.get("started_at"), status.get("ended_at"))
     code = status.get("exit_code")
     reason = status.get("reason") or (f"exit code {code}" if code else None)
     body = message(str(config.get("job_id")), event, reason, cost, lines)
-    thread = send(hooks_of(care.get("hooks", []), urls), event, body, say)
+    thread = send(hooks_of(care.get("hooks", []), urls or {}), event, body, say)
     if thread is not None:
         thread.join(WAIT_S)

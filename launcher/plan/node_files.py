@@ -137,7 +137,6 @@ def notify_care(
                                "price_per_hour": price_per_hour}  # fmt: skip
     urls = {hook.env: hook.url for hook in hooks}
     if in_files:
-        care["file"] = NOTIFY_JSON
         return care, {}, secrets_file(f"{node_dir}/{NOTIFY_JSON}", urls)
     return care, urls, None
 
@@ -178,6 +177,7 @@ def agent_config(
         config["checkpoints"] = care
     if notify:
         config["notify"] = notify
+        config["notify_file"] = NOTIFY_JSON if not on_stdin else None
     if spec.max_duration is not None:
         config["max_duration_s"] = spec.max_duration
     if spec.resources.idle_gpu is not None:

@@ -50,7 +50,7 @@ def test_under_slurm_the_url_is_in_a_0600_file_the_agent_deletes() -> None:
     planned = build_slurm_plan(spec_of(), cluster, "t-1", {}, None, SOURCES,
                                python="/usr/bin/python3")  # fmt: skip
     node = planned.plan.nodes[0]
-    assert json.loads(written(node, "job.json").content)["notify"]["file"] == "notify.json"
+    assert json.loads(written(node, "job.json").content)["notify_file"] == "notify.json"
     secret = written(node, "notify.json")
     assert (secret.mode, secret.secret, json.loads(secret.content)) == (
         0o600,
