@@ -4,10 +4,11 @@ times the state db recorded (state/costs.py), rented-but-idle time shown apart."
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from launcher.errors import UsageError
 from launcher.state.costs import Costs, recorded_costs
+
+Row = dict[str, str | float | None]
 
 
 def cost(since: str | None) -> Costs:
@@ -28,7 +29,7 @@ def _money(amount: float | None) -> str | None:
     return None if amount is None else f"${amount:.2f}"
 
 
-def table_rows(found: Costs) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def table_rows(found: Costs) -> tuple[list[Row], list[Row]]:
     """The jobs' rows and the hosts' rows as the table shows them (money to the cent)."""
     jobs = [{"job": j.id, "state": j.state, "hosts": ", ".join(j.hosts), "hours": f"{j.hours:.2f}",
              "cost": _money(j.cost)} for j in found.jobs]  # fmt: skip
