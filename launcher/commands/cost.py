@@ -31,12 +31,17 @@ def _money(amount: float | None) -> str | None:
 
 def table_rows(found: Costs) -> tuple[list[Row], list[Row]]:
     """The jobs' rows and the hosts' rows as the table shows them (money to the cent)."""
-    jobs = [{"job": j.id, "state": j.state, "hosts": ", ".join(j.hosts), "hours": f"{j.hours:.2f}",
-             "cost": _money(j.cost)} for j in found.jobs]  # fmt: skip
-    hosts = [{"host": h.name, "gpu": h.gpu, "$/hour": h.price_per_hour, "up h": f"{h.up_h:.2f}",
-              "busy h": f"{h.busy_h:.2f}", "idle h": f"{h.idle_h:.2f}", "cost": _money(h.cost),
-              "idle cost": _money(h.idle_cost), "live": "yes" if h.live else "no"}
-             for h in found.hosts]  # fmt: skip
+    jobs: list[Row] = [
+        {"job": j.id, "state": j.state, "hosts": ", ".join(j.hosts),
+         "hours": f"{j.hours:.2f}", "cost": _money(j.cost)}
+        for j in found.jobs
+    ]  # fmt: skip
+    hosts: list[Row] = [
+        {"host": h.name, "gpu": h.gpu, "$/hour": h.price_per_hour, "up h": f"{h.up_h:.2f}",
+         "busy h": f"{h.busy_h:.2f}", "idle h": f"{h.idle_h:.2f}", "cost": _money(h.cost),
+         "idle cost": _money(h.idle_cost), "live": "yes" if h.live else "no"}
+        for h in found.hosts
+    ]  # fmt: skip
     return jobs, hosts
 
 
