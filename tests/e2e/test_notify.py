@@ -5,6 +5,7 @@ secret) is in no log, job file or state file afterwards."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -93,3 +94,25 @@ def test_an_unset_webhook_variable_is_one_line_naming_the_spec_line(tmp_path: Pa
         "export GJ_HOOK_URL=https://... (the webhook's URL) before submitting; its value is "
         "never written to the spec, a command line or a log"
     )
+
+
+def test_a_webhook_that_does_not_answer_never_holds_up_the_jobs_end(tmp_path: Path) -> None:
+    """Its posts are retried after the end is recorded: the submit ends with the job, and
+    the log says later that the post was not delivered (naming the variable, not the URL)."""
+    with socket.socket() as probe:  # a port nobody listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/services/{TOKEN}"
+    state = tmp_path / "state"
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(state), GJ_HOOK_URL=closed)
+    started = time.monotonic()
+    done = subprocess.run([GPUJOB, "submit", str(job_spec(tmp_path, 0)), "--job-id", "deaf"],
+                          env=env, capture_output=True, timeout=300, check=False)  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 0 and took < 10, (took, done.stderr.decode()[-2000:])
+    log = state / "jobs" / "deaf" / "node-0" / "job.log"
+    deadline = time.monotonic() + 60
+    while "not delivered" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    said = [line for line in log.read_text().splitlines() if "notify:" in line]
+    assert said == ["[gpujob-agent] notify: succeeded to the webhook in $GJ_HOOK_URL not "
+                    "delivered: [Errno 111] Connection refused after 5 tries"]  # fmt: skip
