@@ -40,6 +40,7 @@ from stopping import (
     MARKER,
     STATUS,
     cancel,
+    last_line,
     log_line,
     record_cancelled_unstarted,
     record_never_started,
@@ -47,7 +48,7 @@ from stopping import (
     status_of,
 )
 
-__all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
+__all__ = ["STATUS", "TERMINAL", "cancel", "last_line", "log_line", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
 
@@ -342,20 +343,6 @@ def _checkpoint_watch(
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def last_line(node_dir: Path) -> str | None:
-    """The log's last non-blank line (from its last 4 KiB), as a terminal shows it."""
-    path = node_dir / read_json(node_dir / "job.json").get("log", "job.log")
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
-            tail = log.read().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in tail.splitlines()]
-    lines = [ln for ln in lines if ln.strip()]
-    return lines[-1][-200:] if lines else None
 
 
 def read(node_dir: Path, offset: int, wait_s: float = 0.0) -> int:
