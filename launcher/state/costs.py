@@ -149,9 +149,15 @@ def costs(jobs: list[JobRecord], hosts: list[HostRecord], since: float | None,
 
 
 def recorded_costs(since: float | None, now: float | None = None) -> Costs:
-    """`costs` over the state db's jobs and hosts (every one recorded, live or not)."""
+    """`costs` over the state db's jobs and hosts (every one recorded, live or not; a host
+    whose name carries another owner's id is not ours, as for `status`)."""
+    from launcher.state.owner import is_ours, owner_in_name, read_owner
+
     now = time.time() if now is None else now
-    return costs(StateDB().jobs(limit=1 << 31), HostsDB().hosts(live_only=False), since, now)
+    mine = read_owner()
+    hosts = [h for h in HostsDB().hosts(live_only=False)
+             if is_ours(owner_in_name(h.name), mine) is not False]  # fmt: skip
+    return costs(StateDB().jobs(limit=1 << 31), hosts, since, now)
 
 
 def job_dollars(job_id: str) -> float | None:
