@@ -32,6 +32,8 @@ LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
 RANK_MEMORY_SOURCE = Path(__file__).with_name("rank_memory.py")
 """The job's peak memory, per rank too: shipped beside the agent."""
+NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
+"""Webhook posts of the job's end: shipped beside the agent only for a job with `notify:`."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
                  str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE))  # fmt: skip

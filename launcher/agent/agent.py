@@ -41,6 +41,7 @@ from stopping import (
     MARKER,
     STATUS,
     cancel,
+    last_line,
     log_line,
     record_cancelled_unstarted,
     record_never_started,
@@ -48,7 +49,7 @@ from stopping import (
     status_of,
 )
 
-__all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
+__all__ = ["STATUS", "TERMINAL", "cancel", "last_line", "log_line", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
 
@@ -140,10 +141,10 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
     given = given or {}
     env = dict(os.environ, **given.get("secrets", {}), **{MARKER: str(node_dir)})
-    if config.get("secrets_file"):
-        path = node_dir / config["secrets_file"]
-        env.update(read_json(path))
-        path.unlink(missing_ok=True)
+    for key, into in (("secrets_file", env), ("notify_file", given.setdefault("notify", {}))):
+        if config.get(key):  # SLURM's: no stdin of gpujob's at the start
+            into.update(read_json(node_dir / config[key]))
+            (node_dir / config[key]).unlink(missing_ok=True)
     job = job_for(node_dir, config, node_dir / config.get("log", "job.log"))
     status: dict[str, Any] = {
         "job_id": config.get("job_id"),
@@ -166,6 +167,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
                       reason=reason)  # fmt: skip
         job.end()  # a container `docker run` created and could not start holds the secrets
         write_status(node_dir, status)  # after: whoever sees the failure sees it gone
+        _notify(node_dir, config, given, status)
         return failed.code
     status["state"] = "running"
     write_status(node_dir, status)
@@ -186,7 +188,17 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     _stop_watch(watch)
     _record_end(node_dir, status, code, config.get("checkpoints"))
     job.end()
+    _notify(node_dir, config, given, status)
     return 0
+
+
+def _notify(node_dir: Path, config: dict[str, Any], given: dict, status: dict[str, Any]) -> None:
+    """The end posted to the job's webhooks (notify.py, shipped only where job.json asks)."""
+    if config.get("notify"):
+        import notify
+
+        notify.notify_end(node_dir, config, given.get("notify"), status,
+                          lambda text: log_line(node_dir, text))  # fmt: skip
 
 
 def _stop_watch(watch: tuple[threading.Event, threading.Thread] | None) -> None:
@@ -317,20 +329,6 @@ def _checkpoint_watch(
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def last_line(node_dir: Path) -> str | None:
-    """The log's last non-blank line (from its last 4 KiB), as a terminal shows it."""
-    path = node_dir / read_json(node_dir / "job.json").get("log", "job.log")
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
-            tail = log.read().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in tail.splitlines()]
-    lines = [ln for ln in lines if ln.strip()]
-    return lines[-1][-200:] if lines else None
 
 
 def read(node_dir: Path, offset: int, wait_s: float = 0.0) -> int:

@@ -80,3 +80,44 @@ def write_manifest(rc: ckpt_sync.Rclone, run_path: str, run: dict[str, str]) -> 
     finally:
         os.unlink(tmp)
     return body
+
+
+@dataclass
+class HookOutputs:
+    """What `on_checkpoint` hooks write after their checkpoint's push (seed 000's eval
+    `metrics.csv` beside the weights) and into the declared `outputs` folder, copied to the
+    run's folder once each hook has ended: its checkpoint is copied again (rclone sends only
+    what changed, the hook's files; the marker in S3 stays, and promises only the files the
+    save wrote) once the push that verified it has landed, and the outputs folder goes to
+    `<run>/outputs/`. A checkpoint waiting here is not pruned from the host meanwhile."""
+
+    root: Path
+    sync_to: str | None
+    outputs: Path | None
+    say: Callable[[str], None]
+    ended: set[str] = field(default_factory=set)
+    """Checkpoints whose hook has ended and whose folder is not copied again yet."""
+    fresh: bool = False
+    """A hook ended since the outputs folder was last copied."""
+
+    def hook_ended(self, name: str) -> None:
+        if self.sync_to:
+            self.ended.add(name)
+            self.fresh = True
+
+    def ship(self, rc: ckpt_sync.Rclone, synced: set[str]) -> None:
+        """Copy what the ended hooks wrote, for the checkpoints already in S3 (the others
+        wait for their push; one deleted from the host meanwhile is dropped)."""
+        assert self.sync_to is not None
+        self.ended = {name for name in self.ended if (self.root / name).is_dir()}
+        for name in sorted(self.ended & synced, key=lambda n: ckpt_store.step_of(n) or 0):
+            dest = f"{self.sync_to}/{name}"
+            rc.run("copy", str(self.root / name), dest, "--exclude", f"/{ckpt_store.MARKER}",
+                   what=f"copy of {name}'s hook outputs to {dest}")  # fmt: skip
+            self.ended.discard(name)
+            self.say(f"{name}: what its on_checkpoint hook wrote is in {dest}")
+        if self.fresh and self.outputs is not None and self.outputs.is_dir():
+            dest = f"{self.sync_to}/outputs"
+            rc.run("copy", str(self.outputs), dest, what=f"copy of {self.outputs} to {dest}")
+            self.say(f"outputs: {self.outputs} copied to {dest}")
+        self.fresh = False

@@ -229,3 +229,15 @@ def in_progress_bytes(root: Path) -> int:
 
 def tree_bytes(path: Path) -> int:
     return sum(files_of(path).values()) if path.exists() else 0
+
+
+def remove(path: Path) -> None:
+    """Marker first: a crash half-way through leaves an incomplete folder, never a
+    'complete' checkpoint with files missing."""
+    (path / MARKER).unlink(missing_ok=True)
+    for folder, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            os.unlink(os.path.join(folder, name))
+        for name in dirs:
+            os.rmdir(os.path.join(folder, name))
+    os.rmdir(path)

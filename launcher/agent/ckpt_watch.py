@@ -52,6 +52,7 @@ class WatchConfig:
     complete_when: str | None = None
     run: dict[str, str] | None = None
     """Whose checkpoints `sync_to` holds (its run folder): name, job_id, spec_hash."""
+    outputs: Path | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any], node_dir: Path) -> WatchConfig:
@@ -67,6 +68,7 @@ class WatchConfig:
             log_every_s=float(data.get("log_every_s", 60.0)),
             complete_when=data.get("complete_when"),
             run=data.get("run"),
+            outputs=Path(data["outputs"]) if data.get("outputs") else None,
         )
 
 
@@ -97,6 +99,7 @@ class Watcher:
     sync_failures: int = 0
     syncing: threading.Thread | None = None
     logs: ckpt_logs.LogShipper = field(init=False)
+    kept: ckpt_logs.HookOutputs = field(init=False)
     told: set[str] = field(default_factory=set)
     """Folders the log already named as checkpoints of no rule (said once each)."""
 
@@ -104,6 +107,7 @@ class Watcher:
         config = self.config
         self.logs = ckpt_logs.LogShipper(config.logs_to, config.job_dir, config.log_every_s,
                                          self.env, self.say)  # fmt: skip
+        self.kept = ckpt_logs.HookOutputs(config.root, config.sync_to, config.outputs, self.say)
         self.adopter.rule = self.config.complete_when
 
     def tick(self) -> None:
@@ -174,6 +178,7 @@ class Watcher:
                 return
             self.say(f"on_checkpoint for {name} exited {proc.returncode}")
             self.hook = None
+            self.kept.hook_ended(name)
         nxt = self._next_hook(done)
         if nxt is None or not self.config.on_checkpoint:
             return
@@ -206,7 +211,7 @@ class Watcher:
         gone = sorted(
             self.unsettled - {c.name for c in done}, key=lambda n: ckpt_store.step_of(n) or 0
         )
-        if not todo and not gone:
+        if not todo and not gone and not self.kept.fresh:
             return
         if wait:
             self._push(todo, gone)
@@ -220,6 +225,9 @@ class Watcher:
         assert self.config.sync_to is not None
         rc = ckpt_sync.Rclone(self.env, log=self.log_fd)
         try:
+            self.kept.ship(rc, self.synced)  # the hooks' files of checkpoints pushed before
+            if not todo and not gone:
+                return
             for name in ckpt_sync.discard(rc, self.config.sync_to, gone or []):
                 self.say(f"{name}: removed its partial copy from {self.config.sync_to} (deleted "
                          "on this host before its push finished)")  # fmt: skip
@@ -246,6 +254,7 @@ class Watcher:
         if landed:
             self.say(f"synced {', '.join(landed)} to {self.config.sync_to} (verified)")
             self._prune_remote(rc, set(landed))
+        self.kept.ship(rc, self.synced)
         synced = sorted(self.synced, key=lambda n: ckpt_store.step_of(n) or 0)
         self.publish({"sync": {"failures": self.sync_failures, "synced": synced}})
 
@@ -278,7 +287,7 @@ class Watcher:
     def _protected(self) -> set[str]:
         pending = {c.name for c in ckpt_store.complete(self.config.root)} - self.hooked
         running = {self.hook[0]} if self.hook else set()
-        return (pending if self.config.on_checkpoint else set()) | running
+        return (pending if self.config.on_checkpoint else set()) | running | self.kept.ended
 
     def _prune(self, done: list[ckpt_store.Checkpoint], keep: int | None = None) -> int:
         keep_last = self.config.keep_last if keep is None else keep
@@ -286,7 +295,7 @@ class Watcher:
         freed = 0
         for ckpt in ckpt_store.to_delete(done, keep_last, safe, self._protected()):
             size = ckpt_store.tree_bytes(ckpt.path)
-            _remove(ckpt.path)
+            ckpt_store.remove(ckpt.path)
             freed += size
             self.say(
                 f"retention: deleted {ckpt.name} ({_gib(size)}; keep_last "
@@ -360,18 +369,6 @@ class Watcher:
         total, _, _ = ckpt_store.disk_usage(self.config.root)
         settled = percent - (100.0 * pending / total if total else 0.0)
         return settled < ACT_AT and free + pending >= self.last_size * HEADROOM
-
-
-def _remove(path: Path) -> None:
-    """Marker first: a crash half-way through leaves an incomplete folder, never a
-    'complete' checkpoint with files missing."""
-    (path / ckpt_store.MARKER).unlink(missing_ok=True)
-    for folder, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            os.unlink(os.path.join(folder, name))
-        for name in dirs:
-            os.rmdir(os.path.join(folder, name))
-    os.rmdir(path)
 
 
 def _gib(size: int) -> str:

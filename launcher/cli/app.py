@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from launcher.cli.cost import cost
 from launcher.cli.hosts import doctor, down, ssh, up
 from launcher.cli.image import image
 from launcher.cli.jobs import cancel, logs, recover, schema, status, submit
@@ -48,5 +49,5 @@ def _version(ctx: click.Context, asked: bool) -> None:
 
 
 for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,
-                image, schema, lab, init, completion, port_forward, tb):  # fmt: skip
+                image, schema, lab, init, completion, port_forward, tb, cost):  # fmt: skip
     cli.add_command(command)

@@ -56,7 +56,8 @@ def launch(
 def prepare(request: LaunchRequest) -> JobInput:
     """The spec and what follows from it alone, every refusal before any host is contacted
     for the job or rented."""
-    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE
+    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE, NOTIFY_SOURCE
+    from launcher.jobs.notify import notify_hooks
     from launcher.plan.build import JOB_ID, Sources
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_requested
@@ -83,6 +84,7 @@ def prepare(request: LaunchRequest) -> JobInput:
     if loaded.workdir is not None and not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
+    hooks = notify_hooks(loaded)
     try:
         image = load_image_definition(spec.image, loaded.path.parent)
     except UsageError as err:
@@ -98,9 +100,10 @@ def prepare(request: LaunchRequest) -> JobInput:
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
-        agent_modules=AGENT_MODULES,
+        agent_modules=(*AGENT_MODULES, *[NOTIFY_SOURCE] * bool(hooks)),
         user=user_name(),
         mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
+        notify=hooks,
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)
 

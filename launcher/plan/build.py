@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from launcher.agent import AGENT_FILE, agent_argv
+from launcher.agent.notify import Hook
 from launcher.errors import UsageError
 from launcher.plan import docker
 from launcher.plan.env_build import env_script
@@ -48,6 +49,7 @@ from launcher.plan.node_files import (
     checkpoint_care,
     job_limits,
     logs_path,
+    notify_care,
     secrets_file,
     start_input,
 )
@@ -83,6 +85,10 @@ class Sources:
     user: str = ""
     mounts_where: dict[str, str] = field(default_factory=dict)
     """The file:line of each file_mounts destination, for a refusal that names it."""
+    notify: tuple[Hook, ...] = ()
+    """The webhooks node 0's agent posts the job's end to (`notify:`), URLs from here."""
+    price_per_hour: float | None = None
+    """What the job's hosts cost together, where rented (for the cost in a notification)."""
 
 
 @dataclass(frozen=True)
@@ -292,12 +298,17 @@ def _node_plan(
     storage_file = secrets_file(f"{node_dir}/{STORAGE_JSON}", storage) if in_files else None
     if storage_file is not None:
         steps.append(storage_file)
-    given = None if in_files else start_input(secrets, storage)
+    price = 0.0 if target.on_this_machine else sources.price_per_hour  # this machine: no rent
+    notify, urls, notify_file = notify_care(sources.notify * (rank == 0), node_dir, in_files,
+                                            price)  # fmt: skip
+    steps.extend([notify_file] if notify_file else [])
+    given = None if in_files else start_input(secrets, storage, urls)
     # One node starts in its preparation's batch, right after job.json, written last: if
     # its start never reaches the agent, the agent says so once the window has passed
     window = START_WINDOW_S if spec.nodes == 1 else None
     config = agent_config(spec, target, job_id, rank, secrets, argv, care,
-                          on_stdin=given is not None, start_window_s=window)  # fmt: skip
+                          on_stdin=given is not None, start_window_s=window,
+                          notify=notify)  # fmt: skip
     steps.extend(prepare)
     steps.append(WriteFile(path=f"{node_dir}/job.json", content=config))
     reads_log = follow and spec.nodes == 1

@@ -9,6 +9,7 @@ import json
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from launcher.agent.notify import Hook
 from launcher.plan.docker import container_name
 from launcher.plan.model import JobLimits, NodeLayout, SecretInput, WriteFile
 from launcher.spec.job import JobSpec
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from launcher.plan.build import CheckpointSync
 
 SECRETS_JSON = "secrets.json"
+NOTIFY_JSON = "notify.json"
 STORAGE_JSON = "storage.json"
 GRACE_S = 30
 
@@ -77,6 +79,8 @@ def checkpoint_care(
         "workdir": f"{job_dir}/workdir",
         "storage_env_file": STORAGE_JSON if storage_file and sync and sync.env else None,
     }
+    if ckpt.outputs:  # only when asked: job.json stays as it was without
+        care["outputs"] = str(PurePosixPath(f"{job_dir}/workdir") / ckpt.outputs)
     if sync:
         care["run"] = run  # whose checkpoints these are: the agent's manifest says so
     return care
@@ -104,14 +108,37 @@ def secrets_file(path: str, secrets: dict[str, str]) -> WriteFile | None:
                      mode=0o600, secret=True)  # fmt: skip
 
 
-def start_input(secrets: dict[str, str], storage: dict[str, str]) -> SecretInput | None:
-    """The secrets and the S3 remote's keys on the start's stdin: the agent keeps them in
-    memory (a container gets them in `docker run`'s environment), so none is ever in a file
-    on the host, and a client killed at any point leaves none behind."""
-    if not secrets and not storage:
+def start_input(
+    secrets: dict[str, str], storage: dict[str, str], notify: dict[str, str] | None = None
+) -> SecretInput | None:
+    """The secrets, the S3 remote's keys and the webhooks' URLs on the start's stdin: the
+    agent keeps them in memory (a container gets the secrets in `docker run`'s environment),
+    so none is ever in a file on the host, and a client killed at any point leaves none
+    behind."""
+    if not secrets and not storage and not notify:
         return None
-    content = json.dumps({"secrets": secrets, "storage": storage}, sort_keys=True)
-    return SecretInput(content=content, names=(*sorted(secrets), *sorted(storage)))
+    given: dict[str, object] = {"secrets": secrets, "storage": storage}
+    if notify:
+        given["notify"] = notify
+    content = json.dumps(given, sort_keys=True)
+    names = (*sorted(secrets), *sorted(storage), *sorted(notify or {}))
+    return SecretInput(content=content, names=names)
+
+
+def notify_care(
+    hooks: tuple[Hook, ...], node_dir: str, in_files: bool, price_per_hour: float | None
+) -> tuple[dict[str, object] | None, dict[str, str], WriteFile | None]:
+    """Node 0's `notify` for job.json (variable names and events, never a URL; the host's
+    price where known, for the cost so far), the URLs for the start's stdin, or, where gpujob
+    does not run the start (SLURM), their 0600 file the agent deletes once read."""
+    if not hooks:
+        return None, {}, None
+    care: dict[str, object] = {"hooks": [{"env": h.env, "on": list(h.on)} for h in hooks],
+                               "price_per_hour": price_per_hour}  # fmt: skip
+    urls = {hook.env: hook.url for hook in hooks}
+    if in_files:
+        return care, {}, secrets_file(f"{node_dir}/{NOTIFY_JSON}", urls)
+    return care, urls, None
 
 
 def agent_config(
@@ -125,6 +152,7 @@ def agent_config(
     *,
     on_stdin: bool = False,
     start_window_s: int | None = None,
+    notify: dict[str, object] | None = None,
 ) -> str:
     """`on_stdin`: the start brings the secrets on its stdin (`start_input`).
     `start_window_s`: the start comes within it of job.json's writing (a one-node job's, in
@@ -147,6 +175,9 @@ def agent_config(
         config["start_window_s"] = start_window_s
     if care:
         config["checkpoints"] = care
+    if notify:
+        config["notify"] = notify
+        config["notify_file"] = NOTIFY_JSON if not on_stdin else None
     if spec.max_duration is not None:
         config["max_duration_s"] = spec.max_duration
     if spec.resources.idle_gpu is not None:

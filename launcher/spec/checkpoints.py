@@ -55,6 +55,12 @@ class CheckpointSpec(StrictModel):
         description="Shell command run for each complete checkpoint, one at a time, output in "
         "the job log; it gets GPUJOB_CHECKPOINT (its path) and GPUJOB_CHECKPOINT_STEP.",
     )
+    outputs: str | None = Field(
+        default=None,
+        description="Folder the `on_checkpoint` hook writes its results to (relative to the "
+        "workdir on the host, or absolute): copied to the run's `outputs/` under `sync_to` "
+        "after each hook ends, as what a hook writes inside its checkpoint is.",
+    )
     size_gb: float | None = Field(
         default=None, gt=0, description="Size of one checkpoint, for the disk budget at submit."
     )
@@ -65,6 +71,13 @@ class CheckpointSpec(StrictModel):
     optimizer: Literal["adamw", "sgd", "none"] = Field(
         default="adamw", description="Optimizer state saved with the weights (estimate only)."
     )
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_inside(cls, value: str | None) -> str | None:
+        if value is not None and (".." in value.split("/") or not value.strip("/")):
+            raise ValueError("a folder of the workdir (`eval`) or an absolute one; no `..`")
+        return value
 
     @field_validator("dir")
     @classmethod

@@ -23,6 +23,7 @@ from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
+from launcher.spec.notify import NotifySpec
 from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
@@ -180,6 +181,10 @@ class JobSpec(StrictModel):
         '"8000-8010", a list): `gpujob port-forward JOB` reaches them.',
     )
     tensorboard: TensorBoardSpec | None = Field(default=None, description="`gpujob tb JOB`.")
+    notify: list[NotifySpec] = Field(
+        default_factory=list,
+        description="Webhooks told of the job's end, besides the user config's.",
+    )
     max_duration: Seconds | None = Field(
         default=None,
         description="Time limit of the job (`30m`, `2h`, seconds): the agent stops it with its "

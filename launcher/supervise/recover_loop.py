@@ -151,9 +151,10 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
              request: dict[str, Any]) -> int | None:  # fmt: skip
     """Terminate, find the checkpoint, rent and start again; None once the job runs again,
     else the controller's exit code (it stopped)."""
+    from launcher.supervise.recover_notify import spent_so_far, tell_recovered
     from launcher.supervise.recover_steps import latest_checkpoint, terminate_hosts
 
-    lost_at = time.monotonic()
+    lost_at, spent = time.monotonic(), spent_so_far(job.id)
     rdb.update(job.id, phase=RECOVERING)
     with _signals_held():
         terminate_hosts(job, f"{decision.why} on node {decision.rank}: restarting the job")
@@ -191,6 +192,7 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
         rdb.update(job.id, phase=WATCHING, restarts=restart)
     say(f"job {job.id}: attempt {restart + 1} runs, {time.monotonic() - lost_at:.1f} s after "
         "the loss was seen")  # fmt: skip
+    tell_recovered(job.id, request, line, spent)
     return None
 
 

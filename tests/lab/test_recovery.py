@@ -29,6 +29,7 @@ import test_up_hosts as up_hosts
 from labtools import GPUJOB, wait_until
 
 from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake
+from infra.fakes.webhook import TOKEN, Webhook
 
 pytestmark = pytest.mark.lab
 # Both fakes over this module's `backend` (which builds the job image first), and what each
@@ -50,6 +51,16 @@ def backend(lab: None, tmp_path: Path) -> Iterator[Any]:
     made = LabBackend(tmp_path / "records.json")
     yield made
     made.close()  # whatever a failed test left running
+
+
+@pytest.fixture
+def webhook(lab: None) -> Iterator[Webhook]:
+    """On the lab's bridge: the hosts' agents and this machine's controller both reach it."""
+    from infra.lab import naming
+
+    hook = Webhook(naming.bridge_address())
+    yield hook
+    hook.close()
 
 
 @pytest.fixture
@@ -276,12 +287,16 @@ LOSSES = {"lambda": [("terminate", "host_lost")],
 @pytest.mark.parametrize("provider", list(LOSSES))
 def test_a_lost_host_is_replaced_and_the_job_resumes_from_the_last_synced_checkpoint(
     env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path,
-    provider: str,
+    provider: str, webhook: Webhook,
 ) -> None:  # fmt: skip
+    """With `notify:`, the webhook gets one `recovered` per restart (from the controller)
+    and one `succeeded` (from the replacement host's agent), each with the cost so far."""
     job_id = f"rec-{provider}"
     fake, losses = clouds[provider], LOSSES[provider]
-    submit = Command(env, "submit", job_spec(tmp_path), "--up", "a100", "--provider", provider,
-                     "--allow-cpu", "--job-id", job_id)  # fmt: skip
+    env = {**env, "GJ_HOOK_URL": webhook.url}
+    notify = "notify: [{webhook_env: GJ_HOOK_URL, on: [failed, recovered, succeeded]}]\n"
+    submit = Command(env, "submit", job_spec(tmp_path, extra=notify), "--up", "a100",
+                     "--provider", provider, "--allow-cpu", "--job-id", job_id)  # fmt: skip
     resumed_at = []
     for n, (how, _) in enumerate(losses):
         checkpoint = 10 * (n + 1)
@@ -305,6 +320,13 @@ def test_a_lost_host_is_replaced_and_the_job_resumes_from_the_last_synced_checkp
     assert row["recovery"]["phase"] == "finished"
     assert row["recovery"]["restarts"] == len(losses)
     no_secret_in_the_controller_log(env, job_id)
+    told = [(job_id, "recovered")] * len(losses) + [(job_id, "succeeded")]
+    wait_until(lambda: len(webhook.received) >= len(told), "the webhook's posts", 60)
+    assert webhook.events() == told, webhook.received
+    for post in webhook.received:
+        assert re.search(r"cost so far: \$\d+\.\d\d", post["body"]["text"]), post
+    for path in [p for p in Path(env["GPUJOB_STATE_DIR"]).rglob("*") if p.is_file()]:
+        assert TOKEN.encode() not in path.read_bytes(), path
 
 
 def test_max_restarts_used_up_stops_and_terminates_every_host(

@@ -16,6 +16,9 @@ from launcher.targets.base import JobInput, LaunchRequest
 from launcher.targets.ssh import RemoteHostsTarget, remote_traits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from launcher.plan.model import NodeLayout, Plan
     from launcher.plan.placement import RuntimeChoice
     from launcher.remote.hosts import HostEntry
     from launcher.spec.image import ImageDefinition
@@ -53,6 +56,8 @@ class CloudTarget(RemoteHostsTarget):
         self.kind = kind
         self.rent = rent
         """The command's rent (None for a dry run, or a job already running)."""
+        self.price: float | None = None
+        """What the rented hosts cost together per hour, as their cloud quoted it."""
         in_image = bool(trait(kind, "runs_in_image", False))
         self.traits = remote_traits(rents_hosts=True, runs_in_image=in_image)
 
@@ -129,10 +134,25 @@ class CloudTarget(RemoteHostsTarget):
                             instance_image=ref if self.traits.runs_in_image else None,
                             offers_on_stderr=True)  # fmt: skip
         instances = launch_hosts(options, self.rent)
+        prices = [inst.price_per_hour for inst in instances]
+        self.price = sum(p for p in prices if p) if prices and None not in prices else None
         if request.dry_run:
             return [HostEntry(name=f"<new {self.kind} host {rank}>", address="<its ip>")
                     for rank in range(spec.nodes)]  # fmt: skip
         return [instance_entry(inst) for inst in instances]  # pinned per instance
+
+    def plan_for(
+        self,
+        job: JobInput,
+        request: LaunchRequest,
+        layout: NodeLayout,
+        image: ImageDefinition | None,
+        report: Callable[[str], None] = say,
+    ) -> Plan:
+        """The hosts' price, once rented, goes with the plan: a notification's cost so far."""
+        if self.price is not None:
+            job = replace(job, sources=replace(job.sources, price_per_hour=self.price))
+        return super().plan_for(job, request, layout, image, report)
 
     def hand_over(self) -> list[str]:
         if self.rent is None:
