@@ -149,21 +149,36 @@ def _private(registry: str) -> bool:
     return address.is_private or address.is_loopback
 
 
+def disk_asked(loaded: LoadedSpec, flag_gb: int) -> tuple[int, str] | None:
+    """The one rule for the disk a rented host gets, and where it was asked: `--disk` wins,
+    else the spec's `resources.disk_gb` when the spec (or a profile, or a SkyPilot
+    `disk_size`) sets it, else None: the disk budget decides, with the cloud's least.
+    The field's default (50) is not a request: it would make every Vast host bill 50 GB."""
+    if flag_gb:
+        return flag_gb, "--disk"
+    resources = loaded.spec.resources
+    if "disk_gb" in resources.model_fields_set:
+        return resources.disk_gb, f"resources.disk_gb, {loaded.where('resources', 'disk_gb')}"
+    return None
+
+
 def _check_disk(
     loaded: LoadedSpec, image: Any, image_ref: str | None, disk_gb: int,
     report: Callable[[str], None],
 ) -> int:  # fmt: skip
     """The budget (kept checkpoints + the one being written + workdir + image or job
-    environment), always printed; refused when over `--disk`. Returns the least disk an
-    offer must have."""
+    environment), always printed; refused when over the disk asked (`disk_asked`). Returns
+    the least disk an offer must have."""
     from launcher.storage.budget import budget_of, check_budget
     from launcher.storage.preflight import ENVIRONMENT_GUESS
 
     software = IMAGE_GUESS if image_ref is not None else ENVIRONMENT_GUESS if image else 0
-    if disk_gb:
-        budget = check_budget(loaded, disk_gb * GIB, f"the {disk_gb} GB asked (--disk)", software)
+    asked = disk_asked(loaded, disk_gb)
+    if asked is not None:
+        gb, source = asked
+        budget = check_budget(loaded, gb * GIB, f"the {gb} GB asked ({source})", software)
         report(f"before renting: {budget.line()}")
-        return disk_gb
+        return gb
     budget = budget_of(loaded, software)
     needed_gb = -(-budget.needed // GIB)
     report(f"before renting: disk budget {budget.sum()}: offers with less than {needed_gb} GB "
