@@ -14,7 +14,7 @@ import hashlib
 import os
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clouds.base import (
     TAG,
@@ -30,6 +30,9 @@ from launcher.clouds.base import (
     poll_until_running,
 )
 from launcher.errors import UsageError
+
+if TYPE_CHECKING:
+    from launcher.state.hosts import HostsDB
 
 DEFAULT_URL = "https://cloud.lambda.ai/api/v1"
 CAPACITY_CODES = {"instance-operations/launch/insufficient-capacity"}
@@ -150,6 +153,10 @@ class LambdaCloud:
         name = "gpujob-" + hashlib.sha1(wanted.encode()).hexdigest()[-16:]
         self._data("POST", "/ssh-keys", dict, json={"name": name, "public_key": public_key})
         return name
+
+    def remove_added_keys(self, db: HostsDB, dry_run: bool = False) -> list[str]:
+        """Lambda's key is one gpujob names (`gpujob-...`) and every launch names it: kept."""
+        return []
 
     def launch(
         self, offer: Offer, name: str, ssh_public_key: str, image: str | None = None

@@ -8,6 +8,7 @@ marked, its master SSH connection ended and its pinned host keys dropped.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import click
@@ -36,8 +37,9 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     db = hosts_db(dry_run)
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
+    providers: dict[str, Provider] = {}
     for cloud in clouds:
-        provider = get_provider(cloud)
+        provider = providers[cloud] = get_provider(cloud)
         found = reconciled(provider, db, dry_run, foreign=everything)
         mine = [i for i in found.ours if everything or named(i, str(reference))]
         theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
@@ -48,6 +50,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         if reference:
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
         say("no gpujob hosts of ours are running")
+        _remove_keys(providers, db, dry_run)
         return ExitCode.OK
     stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
@@ -58,6 +61,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
                        f" {provider.name}.terminate({inst.id!r}), describe() until terminating,"
                        " its row marked terminated, its SSH connection ended, its pinned"
                        " host keys dropped")  # fmt: skip
+        _remove_keys(providers, db, dry_run, targets)
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
@@ -65,7 +69,23 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     failures = [r for r in results if r]
     for line in failures:
         say(line)
+    _remove_keys(providers, db, dry_run)
     return ExitCode.FAILURE if failures else ExitCode.OK
+
+
+def _remove_keys(
+    providers: dict[str, Provider], db: HostsDB, dry_run: bool,
+    going: Sequence[tuple[Provider, Instance]] = (),
+) -> None:  # fmt: skip
+    """The account SSH keys gpujob registered, removed from each cloud where no host of ours
+    is left (a dry run: where none would be, `going` gone); a failure is said, and `down`
+    goes on."""
+    names = {inst.name for _, inst in going}
+    for cloud, provider in providers.items():
+        if any(r.name not in names for r in db.hosts(cloud)):
+            continue  # a host of ours still runs there, reached with that key
+        for line in provider.remove_added_keys(db, dry_run):
+            (click.echo if dry_run else say)(line)
 
 
 def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:
