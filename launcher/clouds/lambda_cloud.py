@@ -93,21 +93,47 @@ class LambdaCloud:
         self.ssh_user = os.environ.get("GPUJOB_LAMBDA_SSH_USER", "ubuntu")
         self.filesystem: tuple[str, str] | None = None  # (name, region)
 
-    def use_filesystem(self, name: str) -> None:
+    def use_filesystem(
+        self, name: str, create_for: GpuRequest | None = None, dry_run: bool = False
+    ) -> str | None:
         """Attach the persistent filesystem `name` to what `launch` makes. Filesystems are
-        regional and attach only at launch (§2.8), so offers narrow to its region."""
+        regional and attach only at launch (§2.8), so offers narrow to its region. One that
+        does not exist is made when `create_for` (the request, `--yes`) says so, in the
+        region of the cheapest offer for it; the line to say is returned."""
         listed = self._data("GET", "/file-systems", list)
         by_name = {str(fs.get("name")): fs for fs in listed if isinstance(fs, dict)}
         found = by_name.get(name)
         if found is None:
-            raise UsageError(f"lambda: no filesystem named {name!r}",
-                             f"yours: {', '.join(sorted(by_name)) or 'none'}")  # fmt: skip
+            if create_for is None:
+                raise UsageError(f"lambda: no filesystem named {name!r} (yours: "
+                                 f"{', '.join(sorted(by_name)) or 'none'})",
+                                 "add --yes to create it in the region of the cheapest offer "
+                                 "(submit --up creates it)")  # fmt: skip
+            return self._create_filesystem(name, create_for, dry_run)
         try:
             self.filesystem = (name, str(found["region"]["name"]))
         except (KeyError, TypeError):
             from launcher.clouds.http import shape_error
 
             raise shape_error(self.name, "GET /file-systems", "Filesystem {region}") from None
+        return None
+
+    def _create_filesystem(self, name: str, request: GpuRequest, dry_run: bool) -> str:
+        from launcher.clouds.base import no_offers
+
+        offers = self.offers(request)
+        if not offers:
+            raise no_offers(self.name, request)
+        region = offers[0].region
+        self.filesystem = (name, region)
+        mount = f"/lambda/nfs/{name}"
+        if dry_run:
+            return f"dry run: would create the Lambda filesystem {name} in {region} ({mount})"
+        self._data("POST", "/filesystems", dict, json={"name": name, "region": region})
+        return (
+            f"created the Lambda filesystem {name} in {region}, mounted at {mount} on "
+            "each host; it outlives them and bills per GB-month until you delete it"
+        )
 
     def _data(self, method: str, path: str, expected: type, **kwargs: Any) -> Any:
         from launcher.clouds.http import shape_error

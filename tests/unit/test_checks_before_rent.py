@@ -120,3 +120,22 @@ def test_a_stale_image_lock_is_refused_before_renting(
     result = gpujob("submit", str(spec), "--up", "a100", "--runtime", "bare", "--allow-cpu")
     refused(result, 2, "the lock is older than", "nothing was rented")
     nothing_rented(clouds)
+
+
+def test_the_specs_filesystem_is_made_in_the_offers_region_and_named_at_launch(
+    clouds: dict[str, RunningFake], gpujob: Callable, tmp_path: Path
+) -> None:
+    lam = clouds["lambda"]
+    lam.control.fault(op="launch", status=400, code="global/invalid-parameters",
+                      message="stopped here by the test")  # fmt: skip
+    spec = job(tmp_path, "resources: {filesystem: ckpts}\n")
+    result = gpujob("submit", str(spec), "--up", "a100", "--provider", "lambda", "--allow-cpu")
+    refused(result, 1, "stopped here by the test")
+    (made,) = calls(lam, "create_filesystem")
+    (launch,) = calls(lam, "launch")
+    assert launch["body"]["file_system_names"] == ["ckpts"]
+    assert launch["body"]["region_name"] == made["body"]["region"]
+    assert "created the Lambda filesystem ckpts in " in result.stderr
+    vast = gpujob("submit", str(spec), "--up", "a100", "--provider", "vast", "--allow-cpu")
+    refused(vast, 2, "--filesystem (resources.filesystem) is for Lambda")
+    assert calls(clouds["vast"], "create_instance") == []
