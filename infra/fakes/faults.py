@@ -109,6 +109,12 @@ class Knobs:
     rate_limits: bool = False
     rate_scale: float = 1.0
     quota: int = 20
+    ssh_key_field: str = "public_key"
+    """Vast: the field `GET /ssh/` names a key's text in (`public_key` per Vast's OpenAPI;
+    `ssh_key` in vast-cli's test of `show ssh-keys`, `key` in an answer issue 30 saw)."""
+    instance_key: bool = True
+    """Vast: new containers get CONTAINER_API_KEY (off: an instance without its own key,
+    whose autostop cannot work)."""
 
     def update(self, data: dict[str, Any]) -> None:
         known = {f.name for f in fields(self)}

@@ -95,12 +95,15 @@ class LambdaApi(LambdaControl, FakeApi):
             return
         scale = self.knobs.rate_scale
         wait = self.buckets.take(LAMBDA_API_KEY, "all", 1.0 * scale, burst=2)
+        request.limited_by = "all"
         if not wait and op == "launch":
             wait = self.buckets.take(LAMBDA_API_KEY, "launch", 12.0 * scale)
+            request.limited_by = "launch"
         if wait:
             reply = error_reply(429, "global/rate-limited")
             reply.headers["Retry-After"] = str(max(1, math.ceil(wait)))  # optional [U]
             raise ApiError(reply)
+        request.limited_by = None
 
     def close(self) -> None:
         self.books.backend.close()

@@ -32,6 +32,8 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes
+    limited_by: str | None = None
+    """Which of the API's rate limits refused it (the request log says, for tests)."""
 
     def json(self) -> Any:
         """The body as JSON; an empty body is `{}` (clients send DELETEs with none)."""
@@ -143,6 +145,8 @@ class FakeApi:
             del self.requests[:-10000]
         reply = self._answer(request, found, op)
         entry["status"] = None if reply is None else reply.status
+        entry["limited_by"] = request.limited_by
+        entry["reply"] = None if reply is None else _reply_json(reply)
         return reply
 
     def _answer(self, request: Request, found: Any, op: str) -> Reply | None:
@@ -222,6 +226,15 @@ class FakeApi:
                 self.knobs.update(request.json())
         if what in (("POST", "knobs"), ("GET", "knobs")):
             return json_reply(200, self.knobs.as_json())
+        return None
+
+
+def _reply_json(reply: Reply) -> Any:
+    """What the fake answered, as JSON (a test checks it against the cloud's own schema), or
+    None for a body that is not JSON (a proxy's HTML page, Vast's plain-text 429)."""
+    try:
+        return json.loads(reply.body or b"null")
+    except ValueError:
         return None
 
 

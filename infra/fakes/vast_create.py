@@ -122,8 +122,10 @@ class CreateMixin:
             keys_at_creation=books.account_keys(), since=self.clock(),
         )  # fmt: skip
         launch_env = {k: v for k, v in env.items() if not k.startswith("-")}
+        if self.knobs.instance_key:
+            launch_env["CONTAINER_API_KEY"] = inst.api_key
         launch_env.update({
-            "CONTAINER_ID": str(inst.id), "CONTAINER_API_KEY": inst.api_key,
+            "CONTAINER_ID": str(inst.id),
             "VAST_CONTAINERLABEL": f"C.{inst.id}", "GPU_COUNT": str(offer["num_gpus"]),
             "SSH_PUBLIC_KEY": inst.keys_at_creation[0] if inst.keys_at_creation else "",
             "DATA_DIRECTORY": "/workspace/", "JUPYTER_TOKEN": inst.api_key[:32],

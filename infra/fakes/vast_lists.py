@@ -1,8 +1,11 @@
 """The v1 instance list (§4.2) and the SSH key endpoints (§5) of the Vast fake.
 
 The v1 list pages 25 at a time; its `next_token` is opaque to clients (here base64 of a JSON
-offset, shaped like Vast's `{"values": {"id": ...}}` tokens). Key-list shapes are not
-documented: `GET /ssh/` answers a list of `{id, public_key, created_at}` [U].
+offset, shaped like Vast's `{"values": {"id": ...}}` tokens). `GET /ssh/` answers a list of
+`{id, user_id, public_key, created_at}` (Vast's OpenAPI: "SSH key record with id, user_id,
+public_key"); the `ssh_key_field` knob names the text otherwise, as other answers did. `POST
+/ssh/` answers `{"success": true, "key": {...the record}}`, whose `key.id` vast-cli's live
+test reads.
 """
 
 from __future__ import annotations
@@ -92,8 +95,12 @@ class ListMixin:
         return key.strip()
 
     def list_keys(self: VastApi, request: Request) -> Reply:
+        field = self.knobs.ssh_key_field
         with self.lock:
-            return json_reply(200, list(self.books.ssh_keys.values()))
+            keys = [dict(key) for key in self.books.ssh_keys.values()]
+            for key in keys:
+                key[field] = key.pop("public_key")
+            return json_reply(200, keys)
 
     def add_key(self: VastApi, request: Request) -> Reply:
         text = self._key_text(request)

@@ -55,7 +55,7 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks, write_json
 from autostop_busy import busy
-from autostop_call import CallFailed, end_instance, request_for, url_problem
+from autostop_call import CallFailed, dry_call, end_instance, request_for, url_problem
 
 CONFIG, STATE, PID_FILE, LOCK = "config.json", "state.json", "daemon.pid", "daemon.lock"
 WATCHER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -337,6 +337,18 @@ def _spawn(folder: Path) -> None:
         os._exit(1)
 
 
+def check(folder: Path) -> int:
+    """Run before `start` by the bootstrap: the dry call (autostop_call.dry_call) with
+    DIR/config.json; a host that cannot end itself is refused, one JSON line either way."""
+    try:
+        said = dry_call(read_json(folder / CONFIG))
+    except CallFailed as failed:
+        print(json.dumps({"refused": f"the host cannot end itself: {failed}"}))
+        return 1
+    print(json.dumps({"checked": said}))
+    return 0
+
+
 def show(folder: Path) -> int:
     """The state, whether the watcher runs, and the config it watches with (no secret)."""
     state = read_json(folder / STATE)
@@ -346,12 +358,12 @@ def show(folder: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in ("start", "show", "run"):
+    if len(argv) != 3 or argv[1] not in ("start", "show", "run", "check"):
         print(__doc__, file=sys.stderr)
         return 2
     folder = Path(argv[2]).resolve()
     with contextlib.suppress(KeyboardInterrupt):
-        return {"start": start, "show": show, "run": run}[argv[1]](folder)
+        return {"start": start, "show": show, "run": run, "check": check}[argv[1]](folder)
     return 130
 
 

@@ -78,7 +78,9 @@ def api_key(config: dict[str, Any]) -> str:
     if not key and _calls(config).key_from_instance:  # onstart has not copied it (yet)
         key = _environ_file("/proc/1/environ", VAST_KEY) or ""
     if not key:
-        raise CallFailed(f"no API key ({path or VAST_KEY} is empty or absent)")
+        raise CallFailed(f"no API key ({path or VAST_KEY} is empty or absent"
+                         + (f", and the instance has no {VAST_KEY})"
+                            if _calls(config).key_from_instance else ")"))  # fmt: skip
     return key
 
 
@@ -145,6 +147,21 @@ def read_back(config: dict[str, Any]) -> tuple[bool, str]:
     if verdict is None:
         raise CallFailed(f"GET {url} answered {status}: {text[:300]}")
     return verdict
+
+
+def dry_call(config: dict[str, Any]) -> str:
+    """Before the watch starts: the key is there and the cloud takes it for this instance,
+    by a read of the instance (which changes nothing) that shows it not yet ended. A
+    watcher that could never end its host is refused there, not started: it would retry
+    for ever while the host bills (issue 30: a Vast container without CONTAINER_API_KEY)."""
+    url = read_url(config)
+    status, text = _send("GET", url, None, api_key(config))
+    verdict = _calls(config).ended(status, _json(text), config["action"])
+    if verdict is None:
+        raise CallFailed(f"GET {url} with its key answered {status}: {text[:300]}")
+    if verdict[0]:
+        raise CallFailed(f"the cloud shows the instance ended already ({verdict[1]})")
+    return f"GET {url} answered {status}: {verdict[1]}"
 
 
 def _lambda_end(url: str, instance: str, action: str) -> tuple[str, str, dict[str, Any]]:

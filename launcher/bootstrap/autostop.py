@@ -83,6 +83,11 @@ def start_argv(home: str) -> tuple[str, ...]:
     return ("python3", f"{where}/{AUTOSTOP_FILE}", "start", where)
 
 
+def check_argv(home: str) -> tuple[str, ...]:
+    where = folder(home)
+    return ("python3", f"{where}/{AUTOSTOP_FILE}", "check", where)
+
+
 def show_argv(home: str) -> tuple[str, ...]:
     where = folder(home)
     return ("python3", f"{where}/{AUTOSTOP_FILE}", "show", where)
@@ -90,7 +95,8 @@ def show_argv(home: str) -> tuple[str, ...]:
 
 def install_ops(setup: AutostopSetup, home: str) -> list[Op]:
     """The scripts, the config and (Lambda) the key file, each 0600 but the scripts, then
-    the start: one exec."""
+    the dry call (`check`: the key is there and the cloud takes it; a failure stops the
+    batch, so no watcher starts that could never end its host), then the start: one exec."""
     where = folder(home)
     ops: list[Op] = [File(f"{where}/{name}", Path(source).read_bytes(), 0o644)
                      for name, source in AUTOSTOP_SOURCES.items()]  # fmt: skip
@@ -100,6 +106,7 @@ def install_ops(setup: AutostopSetup, home: str) -> list[Op]:
         ops.append(File(f"{where}/{KEY_FILE}", setup.call.key.encode() + b"\n", 0o600))
     if setup.hold_s > 0:
         ops.append(hold_file(setup, home))  # before the start: the first look sees it
+    ops.append(Run(check_argv(home)))  # the key there and taken: else nothing starts
     ops.append(Run(start_argv(home)))
     return ops
 
@@ -123,6 +130,10 @@ def ensure(conn: Connection, setup: AutostopSetup, home: str) -> StepResult:
     done = conn.batch(install_ops(setup, home))
     started = _state(done.runs[-1].stdout) if done.runs else {}
     if not done.ok or started.get("pid") is None:
+        if started.get("refused"):  # the dry call (`check`): nothing was started
+            return StepResult("autostop", "failed", f"not started: {started['refused']}",
+                              "rent again (another offer), or leave out --autostop and end "
+                              "the host with `gpujob down`")  # fmt: skip
         said = started.get("error") or (done.runs[-1].stderr.strip()[-200:] if done.runs else "")
         return StepResult("autostop", "failed", f"the watcher did not start: {said}",
                           f"see ~/{FOLDER.rsplit('/', 1)[0]}/autostop.log on the host")  # fmt: skip

@@ -96,7 +96,11 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
     show_default=True,
     help="Seconds to wait for SSH before giving up (and terminating).",
 )
-@click.option("--filesystem", metavar="NAME", help="Lambda: attach this persistent filesystem.")
+@click.option(
+    "--filesystem",
+    metavar="NAME",
+    help="Lambda: attach this persistent filesystem (--yes creates a missing one).",
+)
 @click.option("--allow-cpu", is_flag=True, help="Accept hosts without an NVIDIA GPU (lab, demos).")
 @click.option("--image", help="Job image to have on the host (pulled if missing).")
 @click.option("--json", "as_json", is_flag=True, help="With --host: the checks as JSON.")

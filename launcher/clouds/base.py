@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from launcher.clouds.gpus import GPUS as GPUS  # the catalog, re-exported
 from launcher.clouds.gpus import GpuModel as GpuModel
@@ -21,6 +21,9 @@ from launcher.errors import GpujobError, UsageError
 from launcher.state.owner import TAG as TAG  # the tag and the names it starts, re-exported
 from launcher.state.owner import owner
 from launcher.state.owner import owner_in_name as owner_in_name
+
+if TYPE_CHECKING:
+    from launcher.state.hosts import HostsDB
 
 
 def instance_name(gpu: str) -> str:
@@ -193,6 +196,11 @@ class Provider(Protocol):
 
     def terminate(self, instance_id: str) -> None:
         """Idempotent: an instance already gone or going is not an error."""
+        ...
+
+    def remove_added_keys(self, db: HostsDB, dry_run: bool = False) -> list[str]:
+        """The account SSH keys gpujob registered with this cloud, removed (`down`, once no
+        host of ours is left there); one line each of what was done (or would be)."""
         ...
 
     def list(self) -> list[Instance]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clouds.base import (
     TAG,
@@ -27,9 +28,13 @@ from launcher.clouds.base import (
     ProviderError,
     host_api_url,
     owner_in_name,
+    pause,
     poll_until_running,
 )
 from launcher.errors import UsageError
+
+if TYPE_CHECKING:
+    from launcher.state.hosts import HostsDB
 
 DEFAULT_URL = "https://cloud.lambda.ai/api/v1"
 CAPACITY_CODES = {"instance-operations/launch/insufficient-capacity"}
@@ -40,6 +45,12 @@ FINE = {"booting", "active"}
 """Statuses of a host that is not lost."""
 GPU_DESCRIPTION = re.compile(r"^(?:Tesla )?(.+?) \((\d+) GB")
 OWNER_TAG, USER_TAG = "gpujob-owner", "gpujob-user"  # keys ^[a-z][a-z0-9-:]+$, values <= 128
+LAUNCH_INTERVAL_S = 12.0
+"""Lambda takes one launch per 12 s (OpenAPI 1.10 `info.description`). A launch takes one
+instance: 1.10 has no `quantity` and Lambda refused values above 1 (reference §2.2), so
+`up --count N` makes N calls, spaced by `_pace` instead of answered 429 and retried."""
+_LAUNCHES = threading.Lock()
+_last_launch = [0.0]
 
 
 def _describe_error(reply: Any) -> str:
@@ -82,21 +93,47 @@ class LambdaCloud:
         self.ssh_user = os.environ.get("GPUJOB_LAMBDA_SSH_USER", "ubuntu")
         self.filesystem: tuple[str, str] | None = None  # (name, region)
 
-    def use_filesystem(self, name: str) -> None:
+    def use_filesystem(
+        self, name: str, create_for: GpuRequest | None = None, dry_run: bool = False
+    ) -> str | None:
         """Attach the persistent filesystem `name` to what `launch` makes. Filesystems are
-        regional and attach only at launch (§2.8), so offers narrow to its region."""
+        regional and attach only at launch (§2.8), so offers narrow to its region. One that
+        does not exist is made when `create_for` (the request, `--yes`) says so, in the
+        region of the cheapest offer for it; the line to say is returned."""
         listed = self._data("GET", "/file-systems", list)
         by_name = {str(fs.get("name")): fs for fs in listed if isinstance(fs, dict)}
         found = by_name.get(name)
         if found is None:
-            raise UsageError(f"lambda: no filesystem named {name!r}",
-                             f"yours: {', '.join(sorted(by_name)) or 'none'}")  # fmt: skip
+            if create_for is None:
+                raise UsageError(f"lambda: no filesystem named {name!r} (yours: "
+                                 f"{', '.join(sorted(by_name)) or 'none'})",
+                                 "add --yes to create it in the region of the cheapest offer "
+                                 "(submit --up creates it)")  # fmt: skip
+            return self._create_filesystem(name, create_for, dry_run)
         try:
             self.filesystem = (name, str(found["region"]["name"]))
         except (KeyError, TypeError):
             from launcher.clouds.http import shape_error
 
             raise shape_error(self.name, "GET /file-systems", "Filesystem {region}") from None
+        return None
+
+    def _create_filesystem(self, name: str, request: GpuRequest, dry_run: bool) -> str:
+        from launcher.clouds.base import no_offers
+
+        offers = self.offers(request)
+        if not offers:
+            raise no_offers(self.name, request)
+        region = offers[0].region
+        self.filesystem = (name, region)
+        mount = f"/lambda/nfs/{name}"
+        if dry_run:
+            return f"dry run: would create the Lambda filesystem {name} in {region} ({mount})"
+        self._data("POST", "/filesystems", dict, json={"name": name, "region": region})
+        return (
+            f"created the Lambda filesystem {name} in {region}, mounted at {mount} on "
+            "each host; it outlives them and bills per GB-month until you delete it"
+        )
 
     def _data(self, method: str, path: str, expected: type, **kwargs: Any) -> Any:
         from launcher.clouds.http import shape_error
@@ -151,6 +188,10 @@ class LambdaCloud:
         self._data("POST", "/ssh-keys", dict, json={"name": name, "public_key": public_key})
         return name
 
+    def remove_added_keys(self, db: HostsDB, dry_run: bool = False) -> list[str]:
+        """Lambda's key is one gpujob names (`gpujob-...`) and every launch names it: kept."""
+        return []
+
     def launch(
         self, offer: Offer, name: str, ssh_public_key: str, image: str | None = None
     ) -> Instance:
@@ -168,7 +209,13 @@ class LambdaCloud:
         if self.filesystem:
             body["file_system_names"] = [self.filesystem[0]]
         try:
-            data = self._data("POST", "/instance-operations/launch", dict, json=body, creates=True)
+            with _LAUNCHES:  # one launch at a time, the last one LAUNCH_INTERVAL_S ago
+                _pace()
+                try:
+                    data = self._data("POST", "/instance-operations/launch", dict, json=body,
+                                      creates=True)  # fmt: skip
+                finally:
+                    _last_launch[0] = time.monotonic()
         except ProviderError as error:
             if any(code in error.message for code in CAPACITY_CODES):
                 raise CapacityError(error.message) from None
@@ -251,3 +298,12 @@ class LambdaCloud:
             return HostLoss("host_lost", f"{where} was terminated (status {status})")
         unknown = f"{where} is in a state gpujob does not know (status {status})"
         return HostLoss("host_lost", unknown)
+
+
+def _pace() -> None:
+    """Wait out Lambda's launch interval since this process's last launch call (the
+    interval from GPUJOB_LAMBDA_LAUNCH_INTERVAL_S in tests, whose fake runs it faster)."""
+    interval = float(os.environ.get("GPUJOB_LAMBDA_LAUNCH_INTERVAL_S", LAUNCH_INTERVAL_S))
+    wait = _last_launch[0] + interval - time.monotonic()
+    if _last_launch[0] and wait > 0:
+        pause(wait)

@@ -29,6 +29,7 @@ from launcher.clouds.base import (
     owner_in_name,
     poll_until_running,
 )
+from launcher.clouds.vast_keys import VastKeys
 
 if TYPE_CHECKING:
     from launcher.clouds.base import GpuRequest
@@ -70,7 +71,7 @@ def _describe_error(reply: Any) -> str:
     return f"HTTP {reply.status_code}: {text_of(reply)}"
 
 
-class Vast:
+class Vast(VastKeys):
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
     runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
@@ -94,6 +95,7 @@ class Vast:
         self.v1_list = url.rsplit("/api/v0", 1)[0] + "/api/v1/instances/"
         self.host_api_url = host_api_url("GPUJOB_VAST_HOST_API_URL", url)
         self.image = os.environ.get("GPUJOB_VAST_IMAGE")  # the image every launch uses (the lab)
+        self.keys_seen: set[str] = set()
 
     def _call(self, method: str, path: str, expected_key: str | None, **kwargs: Any) -> Any:
         from launcher.clouds.http import shape_error
@@ -162,14 +164,6 @@ class Vast:
         return sorted(found, key=lambda o: o.price_per_hour)
 
     # --- launch ---------------------------------------------------------------------------
-    def ensure_ssh_key(self, public_key: str) -> None:
-        wanted = " ".join(public_key.split()[:2])
-        keys = self._call("GET", "/ssh/", None)
-        keys = keys.get("keys", []) if isinstance(keys, dict) else keys
-        if not any(isinstance(k, dict) and " ".join(str(k.get("public_key")).split()[:2]) == wanted
-                   for k in keys):  # fmt: skip
-            self._call("POST", "/ssh/", None, json={"ssh_key": public_key.strip()})
-
     def launch(
         self, offer: Offer, name: str, ssh_public_key: str, image: str | None = None
     ) -> Instance:

@@ -8,6 +8,7 @@ marked, its master SSH connection ended and its pinned host keys dropped.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import click
@@ -37,8 +38,9 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     of_job = None if everything else _job_hosts(db, str(reference))
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
+    providers: dict[str, Provider] = {}
     for cloud in clouds:
-        provider = get_provider(cloud)
+        provider = providers[cloud] = get_provider(cloud)
         found = reconciled(provider, db, dry_run, foreign=everything)
         mine = [i for i in found.ours if everything or _is(i, str(reference), of_job)]
         theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
@@ -49,6 +51,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         if reference:
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
         say("no gpujob hosts of ours are running")
+        _remove_keys(providers, db, dry_run)
         return ExitCode.OK
     stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
@@ -59,6 +62,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
                        f" {provider.name}.terminate({inst.id!r}), describe() until terminating,"
                        " its row marked terminated, its SSH connection ended, its pinned"
                        " host keys dropped")  # fmt: skip
+        _remove_keys(providers, db, dry_run, targets)
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
@@ -66,6 +70,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     failures = [r for r in results if r]
     for line in failures:
         say(line)
+    _remove_keys(providers, db, dry_run)
     return ExitCode.FAILURE if failures else ExitCode.OK
 
 
@@ -88,6 +93,21 @@ def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
         return None
     names = {HostEntry.from_record(record).name for record in job.hosts}
     return {name for name in names if db.host(name) is not None} or None
+
+
+def _remove_keys(
+    providers: dict[str, Provider], db: HostsDB, dry_run: bool,
+    going: Sequence[tuple[Provider, Instance]] = (),
+) -> None:  # fmt: skip
+    """The account SSH keys gpujob registered, removed from each cloud where no host of ours
+    is left (a dry run: where none would be, `going` gone); a failure is said, and `down`
+    goes on."""
+    names = {inst.name for _, inst in going}
+    for cloud, provider in providers.items():
+        if any(r.name not in names for r in db.hosts(cloud)):
+            continue  # a host of ours still runs there, reached with that key
+        for line in provider.remove_added_keys(db, dry_run):
+            (click.echo if dry_run else say)(line)
 
 
 def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:

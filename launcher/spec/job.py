@@ -59,6 +59,12 @@ class Resources(StrictModel):
     memory_gb: float | None = Field(default=None, gt=0)
     disk_gb: int = Field(default=50, ge=1, description="Free disk needed on each node.")
     shm_gb: int = Field(default=16, ge=1, description="/dev/shm size of the job container.")
+    filesystem: str | None = Field(
+        default=None, min_length=1, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        description="`submit --up` on Lambda: this persistent filesystem is attached to each "
+        "host (made in the cheapest offer's region if you have none of that name), mounted at "
+        "/lambda/nfs/NAME; offers narrow to its region.",
+    )  # fmt: skip
     idle_gpu: IdleGpuPolicy | None = None
     autostop: AutostopSpec | None = Field(
         default=None, description="For hosts `submit --up` rents; `up --autostop` for others."

@@ -38,6 +38,12 @@ CREATE TABLE IF NOT EXISTS host_budgets (
     name TEXT PRIMARY KEY,
     max_cost REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS cloud_keys (
+    provider TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    added_at REAL NOT NULL,
+    PRIMARY KEY (provider, key_id)
+);
 CREATE TABLE IF NOT EXISTS host_autostop (
     name TEXT PRIMARY KEY,
     idle_s REAL NOT NULL,
@@ -122,6 +128,27 @@ class HostsDB(SqliteStore):
                         for name, idle_s, action, since in rows.fetchall()}  # fmt: skip
             except sqlite3.OperationalError:  # a read-only view of a db older than the table
                 return {}
+
+    def add_cloud_key(self, provider: str, key_id: str) -> None:
+        """An account SSH key gpujob registered itself (not one the user had): `down`
+        removes it once no host of ours is left on that cloud."""
+        with self._connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO cloud_keys (provider, key_id, added_at)"
+                         " VALUES (?,?,?)", (provider, key_id, time.time()))  # fmt: skip
+
+    def cloud_keys(self, provider: str) -> list[str]:
+        with self._connect() as conn:
+            try:
+                rows = conn.execute("SELECT key_id FROM cloud_keys WHERE provider = ?"
+                                    " ORDER BY added_at", (provider,))  # fmt: skip
+                return [key_id for (key_id,) in rows.fetchall()]
+            except sqlite3.OperationalError:  # a read-only view of a db older than the table
+                return []
+
+    def forget_cloud_key(self, provider: str, key_id: str) -> None:
+        with self._connect() as conn:
+            conn.execute("DELETE FROM cloud_keys WHERE provider = ? AND key_id = ?",
+                         (provider, key_id))  # fmt: skip
 
     def hosts(self, provider: str | None = None, live_only: bool = True) -> list[HostRecord]:
         query = "SELECT * FROM hosts WHERE (? IS NULL OR provider = ?)"

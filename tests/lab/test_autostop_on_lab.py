@@ -228,6 +228,32 @@ def test_an_idle_vast_host_ends_itself_with_its_own_instance_key(
     assert (call["method"], call["body"]) == ("PUT", {"state": "stopped"})
 
 
+def test_a_vast_host_without_its_own_key_is_refused_and_destroyed_before_it_is_handed_over(
+    env: dict[str, str], clouds: dict[str, RunningFake]
+) -> None:
+    """Issue 30: a container without CONTAINER_API_KEY got "fixed ... with its own instance
+    key", and its watcher retried "no API key" for ever while the host billed. The dry call
+    before the start refuses it: `up` fails in one line and destroys what it rented."""
+    fake = clouds["vast"]
+    fake.control.knobs(instance_key=False)
+    done = subprocess.run([GPUJOB, "up", "rtx4090", "--provider", "vast", "--yes",
+                           "--allow-cpu", "--timeout", "300", "--autostop", "20s"],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "autostop: not started: the host cannot end itself: no API key" in done.stderr, (
+        done.stderr)  # fmt: skip
+    assert "the instance has no CONTAINER_API_KEY" in done.stderr
+    assert "fixed   autostop" not in done.stderr and "its own instance key" not in done.stderr
+    (created,) = [r for r in fake.control.requests() if r["op"] == "create_instance"]
+    assert created["status"] == 200
+    destroyed = [r for r in fake.control.requests() if r["op"] == "destroy_instance"]
+    assert [r["caller"] for r in destroyed] == ["account"]  # by up, not by the host
+    reply = requests.get(f"{fake.url.rsplit('/api/v0', 1)[0]}/api/v1/instances/", timeout=10,
+                         headers={"Authorization": f"Bearer {VAST_API_KEY}"})  # fmt: skip
+    assert reply.json()["instances"] == []  # nothing left billing
+    assert "\t" not in done.stdout  # no host line: nothing handed over
+
+
 WAITS_FOR_RELEASE = """
 import os, time
 print("job started", flush=True)

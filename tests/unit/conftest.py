@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clouds import point_at
+from clouds import BannerBackend, BannerServer, point_at
 
 from infra.fakes import RunningFake, serve_lambda, serve_vast
 from infra.fakes.null_backend import NullBackend
@@ -21,3 +21,15 @@ def clouds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     yield {"lambda": lam, "vast": vast}
     lam.stop()
     vast.stop()
+
+
+@pytest.fixture
+def vast_fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+              state_dir: Path) -> Iterator[RunningFake]:  # fmt: skip
+    """The Vast fake alone, its hosts answering with an SSH banner (`up` finishes)."""
+    banner = BannerServer()
+    fake = serve_vast(BannerBackend(banner))
+    point_at(monkeypatch, tmp_path, vast=fake)
+    yield fake
+    fake.stop()
+    banner.close()

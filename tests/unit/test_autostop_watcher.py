@@ -23,7 +23,7 @@ from clouds import PUBLIC_KEY
 
 from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake
 from launcher.agent.autostop import Watcher
-from launcher.agent.autostop_call import CallFailed, end_instance
+from launcher.agent.autostop_call import CallFailed, dry_call, end_instance
 from launcher.clouds.base import instance_name, launch_cheapest, parse_gpu_request
 
 AGENT = "gpujob-autostop/1"
@@ -266,6 +266,30 @@ def test_an_answer_that_does_not_end_the_instance_is_not_taken_for_its_end(
     assert host.key not in str(failed.value)
     assert host.shown() is not None  # still there: the watcher tries again
     assert READS[provider] in [r["op"] for r in host.watcher_calls()]  # it was read back
+
+
+def no_key_file(host: Host) -> None:
+    (host.folder / "key").unlink()
+
+
+@pytest.mark.parametrize(("provider", "arrange", "said"), [
+    ("lambda", wrong_key, "answered 401"),
+    ("vast", wrong_key, "answered 401"),
+    ("vast", no_key_file, "and the instance has no CONTAINER_API_KEY"),
+], ids=["lambda-401", "vast-401", "vast-no-key"])  # fmt: skip
+def test_the_dry_call_refuses_a_host_that_could_never_end_itself(
+    request: pytest.FixtureRequest, provider: str, arrange: Callable[[Host], None], said: str
+) -> None:
+    host: Host = request.getfixturevalue(f"{provider}_host")
+    config = host.config()
+    assert "answered 200" in dry_call(config)  # its key, taken: a read, nothing ended
+    arrange(host)
+    with pytest.raises(CallFailed) as failed:
+        dry_call(config)
+    assert said in str(failed.value), failed.value
+    assert host.key not in str(failed.value)
+    assert host.shown() is not None
+    assert {r["op"] for r in host.watcher_calls()} <= set(READS.values())  # reads only
 
 
 def test_a_call_repeated_while_the_instance_terminates_is_confirmed_by_the_read_back(

@@ -71,13 +71,40 @@ def test_an_s3_remote_that_does_not_answer_is_refused_before_renting(
     nothing_rented(clouds)
 
 
+@pytest.mark.parametrize(("disk", "flags", "asked"), [
+    ("", ["--disk", "100"], "the 100 GB asked (--disk)"),
+    ("resources: {disk_gb: 100}\n", [], "the 100 GB asked (resources.disk_gb, "),
+])  # fmt: skip
 def test_a_disk_budget_over_the_disk_asked_is_refused_before_renting(
-    clouds: dict[str, RunningFake], gpujob: Callable, tmp_path: Path
-) -> None:
-    spec = job(tmp_path, "checkpoints: {size_gb: 40, keep_last: 2}\n")
-    result = gpujob("submit", str(spec), "--up", "a100", "--disk", "100", "--allow-cpu")
-    refused(result, 2, "disk budget: checkpoints 3 x 40.00 GiB", "the 100 GB asked (--disk)")
+    clouds: dict[str, RunningFake], gpujob: Callable, tmp_path: Path,
+    disk: str, flags: list[str], asked: str,
+) -> None:  # fmt: skip
+    spec = job(tmp_path, disk + "checkpoints: {size_gb: 40, keep_last: 2}\n")
+    result = gpujob("submit", str(spec), "--up", "a100", "--allow-cpu", *flags)
+    refused(result, 2, "disk budget: checkpoints 3 x 40.00 GiB", asked)
     nothing_rented(clouds)
+
+
+@pytest.mark.parametrize(("extra", "flags", "disk"), [
+    ("resources: {disk_gb: 50}\n", [], 50),  # the field, which submit --up ignored (20 GB)
+    ("resources: {disk_gb: 50}\n", ["--disk", "70"], 70),  # the flag wins over the field
+    ("", [], 20),  # neither: the budget, with Vast's least
+])  # fmt: skip
+def test_vast_creates_the_disk_the_flag_or_the_spec_asks_for(
+    clouds: dict[str, RunningFake], gpujob: Callable, tmp_path: Path,
+    extra: str, flags: list[str], disk: int,
+) -> None:  # fmt: skip
+    vast = clouds["vast"]
+    said = "error 400/3467: Invalid args: stopped here by the test"
+    vast.control.fault(op="create_instance", status=400, code="invalid_args", message=said)
+    spec = job(tmp_path, extra)
+    result = gpujob("submit", str(spec), "--up", "a100", "--provider", "vast", "--allow-cpu",
+                    *flags)  # fmt: skip
+    refused(result, 1, "stopped here by the test")
+    (create,) = calls(vast, "create_instance")
+    assert create["body"]["disk"] == disk
+    assert calls(vast, "search_offers")[-1]["body"]["disk_space"] == {"gte": disk}
+    assert vast_instances(vast) == []
 
 
 def test_a_stale_image_lock_is_refused_before_renting(
@@ -93,3 +120,22 @@ def test_a_stale_image_lock_is_refused_before_renting(
     result = gpujob("submit", str(spec), "--up", "a100", "--runtime", "bare", "--allow-cpu")
     refused(result, 2, "the lock is older than", "nothing was rented")
     nothing_rented(clouds)
+
+
+def test_the_specs_filesystem_is_made_in_the_offers_region_and_named_at_launch(
+    clouds: dict[str, RunningFake], gpujob: Callable, tmp_path: Path
+) -> None:
+    lam = clouds["lambda"]
+    lam.control.fault(op="launch", status=400, code="global/invalid-parameters",
+                      message="stopped here by the test")  # fmt: skip
+    spec = job(tmp_path, "resources: {filesystem: ckpts}\n")
+    result = gpujob("submit", str(spec), "--up", "a100", "--provider", "lambda", "--allow-cpu")
+    refused(result, 1, "stopped here by the test")
+    (made,) = calls(lam, "create_filesystem")
+    (launch,) = calls(lam, "launch")
+    assert launch["body"]["file_system_names"] == ["ckpts"]
+    assert launch["body"]["region_name"] == made["body"]["region"]
+    assert "created the Lambda filesystem ckpts in " in result.stderr
+    vast = gpujob("submit", str(spec), "--up", "a100", "--provider", "vast", "--allow-cpu")
+    refused(vast, 2, "--filesystem (resources.filesystem) is for Lambda")
+    assert calls(clouds["vast"], "create_instance") == []

@@ -267,7 +267,28 @@ def test_filesystem_narrows_offers_to_its_region_and_is_attached_at_launch(
     (launch,) = [c for c in calls(env, "launch") if c["status"] == 200]
     assert launch["body"]["file_system_names"] == ["ckpts"]
     assert launch["body"]["region_name"] == "us-west-1"
-    unknown = gpujob("up", "a100", "--yes", "--no-bootstrap", "--filesystem", "nope")
+    unknown = gpujob("up", "a100", "--no-bootstrap", "--filesystem", "nope")
     assert unknown.exit_code == 2
-    assert "no filesystem named 'nope'" in unknown.stderr and "ckpts" in unknown.stderr
+    assert "no filesystem named 'nope' (yours: ckpts)" in unknown.stderr
+    assert "add --yes to create it" in unknown.stderr
+    assert gpujob("down", "--all").exit_code == 0
+
+
+def test_a_filesystem_is_created_with_yes_in_the_cheapest_offers_region(
+    env: RunningFake, gpujob: Callable
+) -> None:
+    dry = gpujob("up", "a100", "--yes", "--dry-run", "--filesystem", "fresh")
+    assert dry.exit_code == 0, dry.stderr
+    assert "dry run: would create the Lambda filesystem fresh in " in dry.stderr
+    assert calls(env, "create_filesystem") == []
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap", "--filesystem", "fresh")
+    assert result.exit_code == 0, result.stderr
+    (made,) = calls(env, "create_filesystem")
+    (launch,) = [c for c in calls(env, "launch") if c["status"] == 200]
+    assert launch["body"]["file_system_names"] == ["fresh"]
+    assert launch["body"]["region_name"] == made["body"]["region"]
+    assert (
+        f"created the Lambda filesystem fresh in {made['body']['region']}, mounted at "
+        "/lambda/nfs/fresh" in result.stderr
+    )
     assert gpujob("down", "--all").exit_code == 0

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from clouds import BannerBackend, BannerServer, calls, point_at, vast_instances
+from clouds import calls, vast_instances
 
-from infra.fakes import RunningFake, serve_vast
+from infra.fakes import RunningFake
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, state_dir: Path) -> Iterator[RunningFake]:
-    banner = BannerServer()
-    fake = serve_vast(BannerBackend(banner))
-    point_at(monkeypatch, tmp_path, vast=fake)
-    yield fake
-    fake.stop()
-    banner.close()
+def env(vast_fake: RunningFake) -> RunningFake:
+    return vast_fake
 
 
 def test_search_create_destroy(env: RunningFake, gpujob: Callable) -> None:

@@ -150,9 +150,13 @@ def offers_for(
     announce(options, say)
     if options.filesystem:
         if not hasattr(provider, "use_filesystem"):
-            raise UsageError(f"--filesystem is for Lambda; {provider.name} has none",
+            raise UsageError(f"--filesystem (resources.filesystem) is for Lambda; "
+                             f"{provider.name} has none",
                              "leave it out, or use --provider lambda")  # fmt: skip
-        provider.use_filesystem(options.filesystem)
+        made = provider.use_filesystem(options.filesystem, request if options.yes else None,
+                                       options.dry_run)  # fmt: skip
+        if made:
+            say(made)
     db = hosts_db(options.dry_run)
     reconciled(provider, db, options.dry_run)
     offers = provider.offers(request)

@@ -132,6 +132,7 @@ class CloudTarget(RemoteHostsTarget):
                             autostop_key_on_host=request.autostop_key_on_host,
                             spot=spec.resources.use_spot, renting="submit --up",
                             instance_image=ref if self.traits.runs_in_image else None,
+                            filesystem=spec.resources.filesystem,
                             offers_on_stderr=True)  # fmt: skip
         instances = launch_hosts(options, self.rent)
         prices = [inst.price_per_hour for inst in instances]
