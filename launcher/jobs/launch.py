@@ -52,7 +52,7 @@ def launch(
 def prepare(request: LaunchRequest) -> JobInput:
     """The spec and what follows from it alone, every refusal before any host is contacted
     for the job or rented."""
-    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE
+    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, CAPTURE_SOURCE, INIT_LOCK_SOURCE
     from launcher.plan.build import JOB_ID, Sources
     from launcher.spec.image import load_image_definition
     from launcher.spec.load import load_requested
@@ -95,6 +95,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
         agent_modules=AGENT_MODULES,
+        job_modules=(str(CAPTURE_SOURCE),),
         user=user_name(),
         mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
     )
