@@ -20,14 +20,15 @@ FOLDER = ckpt_store.CAPTURES
 
 
 def found(root: Path) -> dict[str, int]:
-    """`rank-K/step-N.pt` -> size, for the files written whole (not a `.tmp-` name)."""
+    """`rank-K/step-N.pt` (and its `.json`) -> size, for the files written whole (not a
+    `.tmp-` name)."""
     folder = root / FOLDER
     if not folder.is_dir():
         return {}
     return {
         path.relative_to(folder).as_posix(): path.stat().st_size
-        for path in sorted(folder.glob("rank-*/step-*.pt"))
-        if path.is_file()
+        for path in sorted(folder.glob("rank-*/step-*.*"))
+        if path.suffix in (".pt", ".json") and path.is_file()
     }
 
 

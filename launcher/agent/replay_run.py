@@ -60,9 +60,32 @@ def captures_in(request: dict[str, Any], rc: ckpt_sync.Rclone) -> dict[tuple[int
     return found
 
 
+def about(request: dict[str, Any], rc: ckpt_sync.Rclone, step: int) -> dict[int, dict]:
+    """rank -> what `step-N.json` says of that rank's capture of `step` (one rclone cat of
+    them all: one JSON line each)."""
+    if request.get("run"):
+        where = f"{request['run']}/{ckpt_store.CAPTURES}"
+        text = rc.run("cat", where, "--include", f"/rank-*/step-{step}.json",
+                      what=f"reading {where}", capture=True, changes=False)  # fmt: skip
+        lines = text.splitlines()
+    else:
+        root = Path(request["local_dir"]) / ckpt_store.CAPTURES
+        lines = [p.read_text() for p in root.glob(f"rank-*/step-{step}.json")]
+    said = {}
+    for line in lines:
+        try:
+            item = json.loads(line)
+            said[int(item["rank"])] = item
+        except (ValueError, KeyError, TypeError):
+            continue
+    return said
+
+
 def choose(found: dict[tuple[int, int], str], step: int | None, rank: int | None,
-           where: str) -> tuple[int, int]:  # fmt: skip
-    """The step asked for, else the latest; the rank asked for, else the lowest of that step."""
+           where: str, first: dict[int, dict] | None = None) -> tuple[int, int]:  # fmt: skip
+    """The step asked for, else the latest; the rank asked for, else the one that saved
+    first (`first`: what each rank's `.json` says; the others' errors follow from its), else
+    the lowest."""
     have = ", ".join(f"rank-{r}/step-{s}" for s, r in sorted(found)) or "none"
     keys = [k for k in found if (step is None or k[0] == step) and (rank is None or k[1] == rank)]
     if not found:
@@ -72,7 +95,9 @@ def choose(found: dict[tuple[int, int], str], step: int | None, rank: int | None
         asked = " ".join(f"--{n} {v}" for n, v in (("step", step), ("rank", rank)) if v is not None)
         raise Refused(f"no capture for {asked} in {where} (there: {have})", 2)
     latest = max(s for s, _ in keys)
-    return latest, min(r for s, r in keys if s == latest)
+    ranks = [r for s, r in keys if s == latest]
+    when = first or {}
+    return latest, min(ranks, key=lambda r: (when.get(r, {}).get("saved_at", float("inf")), r))
 
 
 def checkpoint_before(request: dict[str, Any], rc: ckpt_sync.Rclone, step: int,
@@ -119,6 +144,10 @@ def one_process_env(request: dict[str, Any], deepspeed: bool) -> dict[str, str]:
                            ("MASTER_PORT", str(port))):  # fmt: skip
             env[key] = value
     env.update({str(k): str(v) for k, v in request.get("env", {}).items()})
+    if request.get("pylib"):  # `import gpujob_capture` works in the replay as in the job
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.expanduser(request["pylib"]), env.get("PYTHONPATH")) if p
+        )
     return env
 
 
@@ -128,6 +157,10 @@ def prepare(request: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     where = request.get("run") or request.get("local_dir")
     found = captures_in(request, rc)
     step, rank = choose(found, request.get("step"), request.get("rank"), str(where))
+    said = {}
+    if request.get("rank") is None and sum(1 for s, _ in found if s == step) > 1:
+        said = about(request, rc, step)
+        step, rank = choose(found, step, None, str(where), said)
     source = found[(step, rank)]
     dest.mkdir(parents=True, exist_ok=True)
     capture = dest / f"rank-{rank}-step-{step}.pt"
@@ -135,7 +168,9 @@ def prepare(request: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         rc.run("copyto", source, str(capture), what=f"copy of {source}")
     else:
         shutil.copyfile(source, capture)
-    say(f"capture: rank {rank}, step {step} ({source}) -> {capture}")
+    error = said.get(rank, {}).get("error")
+    say(f"capture: rank {rank}, step {step} ({source}) -> {capture}"
+        + (f"; it saved first, on {error}" if error else ""))  # fmt: skip
     checkpoint = checkpoint_before(request, rc, step, dest / "checkpoints")
     say(
         f"checkpoint: {checkpoint}"

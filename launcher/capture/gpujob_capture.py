@@ -16,7 +16,8 @@ steps and at the steps listed in `GPUJOB_CAPTURE_STEPS` (`7,120`), or as `config
 The file holds the inputs given (tensors moved to the CPU, dtypes and shapes kept, inside
 dicts, lists and tuples; other objects by their repr only), the RNG states taken as the step
 began (Python, torch CPU, CUDA where initialized, NumPy where imported), the rank, world size,
-step and why it was saved. gpujob's agent ships `captures/` with the checkpoints.
+step and why it was saved; `step-N.json` beside it says the step, rank, reason, error and
+time without torch. gpujob's agent ships `captures/` with the checkpoints.
 
 In the replay script, `load_capture()` (reading GPUJOB_REPLAY_INPUT) gives the inputs back and
 restores the RNG states, and `replay_checkpoint()` names the checkpoint to load.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import math
 import os
 import random
@@ -166,9 +168,14 @@ def save(step: int, inputs: dict[str, Any], rng: dict[str, Any], reason: str,
         "loss": loss, "inputs": to_cpu(inputs), "rng": rng, "saved_at": time.time(),
     }  # fmt: skip
     tmp = final.with_name(f".tmp-{final.name}.{os.getpid()}")
+    about = {key: body[key] for key in ("step", "rank", "world_size", "reason", "error",
+                                        "loss", "saved_at")}  # fmt: skip
     try:
         torch.save(body, tmp)
         os.replace(tmp, final)
+        # beside it, one JSON line: which rank failed first, told apart without torch
+        tmp.write_text(json.dumps(about) + "\n")
+        os.replace(tmp, final.with_suffix(".json"))
     finally:
         tmp.unlink(missing_ok=True)
     sys.stderr.write(f"[gpujob_capture] rank {rank} step {step} ({reason}): saved {final}\n")

@@ -74,9 +74,11 @@ def replay(request: ReplayRequest) -> int:
     remote_host = request.on not in (None, "local")
     body.update(_source(job, spec, remote_host))
     if not remote_host:
+        from launcher.agent import CAPTURE_SOURCE
         from launcher.paths import state_dir
 
-        body.update(dest=str(state_dir() / "replay" / job.id), cwd=os.getcwd())
+        body.update(dest=str(state_dir() / "replay" / job.id), cwd=os.getcwd(),
+                    pylib=str(CAPTURE_SOURCE.parent))  # fmt: skip
         return _run_here(body)
     assert request.on is not None
     job_dir = PurePosixPath(job.node_dirs[0]).parent
@@ -132,9 +134,10 @@ def _run_here(body: dict[str, Any]) -> int:
 
 
 def _run_on(on: str, body: dict[str, Any]) -> int:
-    """The runner and the sync modules into ~/.gpujob/bin there (as sync-ckpt --on does), the
-    request on its stdin; the command's output shown as it comes (on stderr)."""
-    from launcher.agent import CHECKPOINT_SOURCES
+    """The runner and the sync modules into ~/.gpujob/bin there (as sync-ckpt --on does),
+    gpujob_capture into its pylib/, the request on its stdin; the command's output shown as
+    it comes (on stderr)."""
+    from launcher.agent import CAPTURE_SOURCE, CHECKPOINT_SOURCES
     from launcher.remote import hosts as ssh_hosts
     from launcher.remote.facts import host_facts
 
@@ -143,6 +146,8 @@ def _run_on(on: str, body: dict[str, Any]) -> int:
         folder = f"{host_facts(conn).home}/.gpujob/bin"
         for source in CHECKPOINT_SOURCES:
             conn.put_file(source, f"{folder}/{PurePosixPath(source).name}", 0o644)
+        body["pylib"] = f"{folder}/pylib"
+        conn.put_file(str(CAPTURE_SOURCE), f"{folder}/pylib/{CAPTURE_SOURCE.name}", 0o644)
         argv = ["python3", f"{folder}/replay_run.py", "-"]
         result = conn.run(argv, stream=True, input=json.dumps(body).encode())
     finally:
