@@ -100,7 +100,8 @@ def _spec(job: Any) -> Any:
 
 def _source(job: Any, spec: Any, remote_host: bool) -> dict[str, Any]:
     """Where the captures are: the run's folder in S3 (beside the logs the agents ship), or
-    the job's checkpoint folder where it has no sync target (read where the step replays)."""
+    the job's checkpoint folder where it has no sync target (read where the step replays),
+    as node 0's job.json names it when that is on this machine, else as the spec does."""
     if job.logs_to:
         from launcher.storage import rclone_config
         from launcher.storage.remotes import credentials
@@ -109,6 +110,11 @@ def _source(job: Any, spec: Any, remote_host: bool) -> dict[str, Any]:
         remote = shipped_remote(job)
         env = rclone_config.env_vars(remote, credentials(remote), for_hosts=remote_host)
         return {"run": job.logs_to.rsplit("/logs/", 1)[0], "rclone_env": env}
+    written = Path(job.node_dirs[0]) / "job.json"  # the agent's own word, where it is here
+    if written.is_file():
+        care = json.loads(written.read_text()).get("checkpoints") or {}
+        if care.get("dir"):
+            return {"run": None, "local_dir": care["dir"]}
     if spec is None:
         raise GpujobError(
             f"job {job.id}: its spec {job.spec_path} no longer loads, and without "
@@ -121,9 +127,9 @@ def _source(job: Any, spec: Any, remote_host: bool) -> dict[str, Any]:
 def _run_here(body: dict[str, Any]) -> int:
     """The runner as a child of this process, the terminal its own (a debugger works); the
     request, keys included, in a 0600 file the runner deletes once read."""
-    from launcher.agent import CHECKPOINT_SOURCES
+    from launcher.agent import REPLAY_SOURCE
 
-    runner = next(s for s in CHECKPOINT_SOURCES if s.endswith("replay_run.py"))
+    runner = str(REPLAY_SOURCE)
     fd, path = tempfile.mkstemp(prefix="gpujob-replay-", suffix=".json")
     with os.fdopen(fd, "w") as out:  # mkstemp's file is 0600 from the start
         json.dump(body, out)
@@ -137,14 +143,14 @@ def _run_on(on: str, body: dict[str, Any]) -> int:
     """The runner and the sync modules into ~/.gpujob/bin there (as sync-ckpt --on does),
     gpujob_capture into its pylib/, the request on its stdin; the command's output shown as
     it comes (on stderr)."""
-    from launcher.agent import CAPTURE_SOURCE, CHECKPOINT_SOURCES
+    from launcher.agent import CAPTURE_SOURCE, CHECKPOINT_SOURCES, REPLAY_SOURCE
     from launcher.remote import hosts as ssh_hosts
     from launcher.remote.facts import host_facts
 
     conn = ssh_hosts.connect(ssh_hosts.resolve_host(on))
     try:
         folder = f"{host_facts(conn).home}/.gpujob/bin"
-        for source in CHECKPOINT_SOURCES:
+        for source in (*CHECKPOINT_SOURCES, str(REPLAY_SOURCE)):
             conn.put_file(source, f"{folder}/{PurePosixPath(source).name}", 0o644)
         body["pylib"] = f"{folder}/pylib"
         conn.put_file(str(CAPTURE_SOURCE), f"{folder}/pylib/{CAPTURE_SOURCE.name}", 0o644)

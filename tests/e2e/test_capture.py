@@ -1,16 +1,22 @@
 """gpujob_capture's file, in the job's own Python (torch): what a step saves and what
-load_capture gives back, as a replay script would see it."""
+load_capture gives back, as a replay script would see it; and the quickstart's own replay of
+a captured step, which gives the job's loss."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.e2e
-CAPTURE_DIR = Path(__file__).resolve().parents[2] / "launcher" / "capture"
+REPO = Path(__file__).resolve().parents[2]
+CAPTURE_DIR = REPO / "launcher" / "capture"
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
 PROGRAM = """
 import json, math, os, random, sys
 from pathlib import Path
@@ -83,3 +89,25 @@ def test_a_step_saves_its_inputs_and_rng_and_gives_them_back(job_python, tmp_pat
     # written whole under their final names: no temporary file, step 5 not saved
     saved = [f"captures/rank-3/step-{s}.{kind}" for s in (3, 4, 6, 8) for kind in ("json", "pt")]
     assert seen["files"] == ["captures", "captures/rank-3", *saved]
+
+
+def test_the_quickstart_replays_a_captured_step_to_the_jobs_loss(job_python, tmp_path) -> None:
+    """Step 21, the first after checkpoint-20, asked for on both ranks; rank 1's replayed
+    alone from that checkpoint (no sync target: from the job's own folder) gives its loss."""
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    run = subprocess.run([GPUJOB, "submit", "jobs/quickstart.yaml", "--job-id", "qs-cap",
+                          "--set", "envs.GPUJOB_CAPTURE_STEPS=21",
+                          "--set", "run.args=[--steps,21,--seq-len,64]"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "rank 1 step 21 (requested): saved" in run.stdout
+    assert "captures/ is named as no checkpoint" not in run.stdout  # not a checkpoint
+    env["PATH"] = f"{Path(job_python).parent}:{env['PATH']}"
+    replay = subprocess.run([GPUJOB, "replay", "qs-cap", "--rank", "1", "--", "python",
+                             "replay.py"], cwd=REPO / "jobs" / "quickstart", env=env,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    found = re.search(r"replayed step 21 of rank 1 from checkpoint-20 on cpu: loss (\S+) "
+                      r"\(the job's: (\S+)\)", replay.stdout)  # fmt: skip
+    assert found, replay.stdout + replay.stderr[-2000:]
+    assert abs(float(found.group(1)) - float(found.group(2))) < 1e-6, replay.stdout
