@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 # as the agent imports them on a host: siblings on sys.path
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "launcher" / "agent"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "launcher" / "agent"))
 ckpt_captures: Any = importlib.import_module("ckpt_captures")
 ckpt_store: Any = ckpt_captures.ckpt_store
 
