@@ -58,6 +58,9 @@ def test_a_step_that_raised_on_rank_1_replays_on_one_process(remote, tmp_path, j
               for kind in ("pt", "json")}  # fmt: skip
     assert wanted <= shipped <= wanted | {"rank-0/step-7.pt", "rank-0/step-7.json"}, shipped
     assert "checkpoint-5/.gpujob-complete" in s3_keys(remote, "cap/cap-1/")
+    tree = gpujob(env, "storage", "tree", "t:cap/cap-1", "--depth", "1", cwd=tmp_path)
+    assert any(line.startswith("captures/") and "captured steps" in line
+               for line in tree.stdout.splitlines()), tree.stdout  # fmt: skip
     local = tmp_path / "state" / "jobs" / "cap-1" / "checkpoints"
     assert not list(local.glob("captures/**/.tmp-*")), "a capture left its temporary file"
 
