@@ -90,11 +90,14 @@ def replay(request: ReplayRequest) -> int:
 def _spec(job: Any) -> Any:
     """The job's spec as its file reads now (its launcher, envs, checkpoint folder), or None
     where the file is gone or no longer loads."""
+    from launcher.say import say
     from launcher.spec.load import load_job_spec
 
     try:
         return load_job_spec(job.spec_path, ()).spec
-    except GpujobError:
+    except GpujobError as err:
+        say(f"warning: job {job.id}'s spec does not load ({err.one_line()}): the command gets "
+            "none of its envs, and no DeepSpeed runner; --set what it needs")  # fmt: skip
         return None
 
 
