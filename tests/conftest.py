@@ -98,6 +98,29 @@ def gpujob(
 
 
 @pytest.fixture(scope="session")
+def job_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Python the quickstart's jobs run with here (built by a one-step job if absent)."""
+    import sys
+
+    from launcher.plan.build import _env_dir
+    from launcher.spec.image import load_image_definition
+    from launcher.spec.load import load_job_spec
+    from launcher.targets.local import local_target
+
+    spec = load_job_spec(REPO / "jobs" / "quickstart.yaml", []).spec
+    image = load_image_definition(spec.image, REPO / "jobs")
+    python = Path(_env_dir(local_target(spec, image), image)) / "bin" / "python"
+    if not python.exists():
+        gpujob = str(Path(sys.executable).with_name("gpujob"))
+        env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path_factory.mktemp("state")))
+        built = subprocess.run([gpujob, "submit", str(REPO / "jobs" / "quickstart.yaml"),
+                                "--set", "run.args=[--steps,1]"], env=env, capture_output=True,
+                               text=True, timeout=900)  # fmt: skip
+        assert python.exists(), built.stderr[-2000:]
+    return str(python)
+
+
+@pytest.fixture(scope="session")
 def ray_tmpdir() -> Iterator[Path]:
     """This session's Ray temp dir (RAY_TMPDIR for the jobs it starts), so its Ray never
     reads another's /tmp/ray (`ray_current_cluster`, `session_latest`). Short, under /tmp:

@@ -21,6 +21,11 @@ data position are in `rng_state_<rank>.pth` (Hugging Face's name), gathered and 
 rank 0, and only rank 0 reads the folder: gpujob's recovery pulls it onto the head node only.
 A folder this run cannot continue from (incomplete, unreadable, saved with other model
 flags) is refused in one line, exit 2.
+
+Each step runs under gpujob_capture: one that raises or whose loss is not finite (or one
+listed in GPUJOB_CAPTURE_STEPS) leaves its batches and RNG states in
+`<checkpoints>/captures/rank-K/step-N.pt`, and `gpujob replay JOB -- python replay.py` runs
+it again on one device (replay.py; docs/replay.md).
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from transformers import LlamaConfig, LlamaForCausalLM
+
+try:  # shipped by gpujob into the job's pylib/ (on PYTHONPATH): see replay.py
+    import gpujob_capture
+except ImportError:  # run bare (torchrun train.py): steps run unwatched
+    gpujob_capture = None
 
 NOUNS = ["cat", "dog", "model", "gpu", "node", "rank", "token", "loss", "batch", "host"]
 VERBS = ["sees", "trains", "syncs", "saves", "loads", "feeds", "moves", "checks"]
@@ -390,25 +400,27 @@ def main() -> None:
     for step in range(start + 1, args.steps + 1):
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=device)
-        for micro in range(args.grad_accum):
-            inputs, labels = next(data)
-            sync = micro == args.grad_accum - 1
-            with autocast, nullcontext() if sync else ddp.no_sync():
-                logits = ddp(input_ids=inputs).logits
-                loss = torch.nn.functional.cross_entropy(
-                    logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1)
-                )
-                (loss / args.grad_accum).backward()
-            total += loss.detach() / args.grad_accum
-        optimizer.step()
-        if step == start + args.warmup_steps:
-            if cuda:
-                torch.cuda.synchronize()
-            steady_start = time.perf_counter()
-        # one collective for the loss and the stop: every rank stops after the same step
-        reduced = torch.stack([total, torch.tensor(float(bool(stop_requested)), device=device)])
-        dist.all_reduce(reduced)
-        loss_sum, stops = reduced.tolist()  # one copy to the host, as `.item()` was
+        batches = [next(data) for _ in range(args.grad_accum)]
+        # A step that raises or whose loss is not finite is saved for `gpujob replay`
+        watch = gpujob_capture.step(step, batches=batches) if gpujob_capture else nullcontext()
+        with watch as captured:
+            for micro, (inputs, labels) in enumerate(batches):
+                sync = micro == args.grad_accum - 1
+                with autocast, nullcontext() if sync else ddp.no_sync():
+                    total += micro_step(ddp, inputs, labels, args.grad_accum)
+            optimizer.step()
+            if step == start + args.warmup_steps:
+                if cuda:
+                    torch.cuda.synchronize()
+                steady_start = time.perf_counter()
+            # one collective for the loss and the stop: every rank stops after the same step
+            flag = torch.tensor(float(bool(stop_requested)), device=device)
+            reduced = torch.stack([total, flag])
+            dist.all_reduce(reduced)
+            # one copy to the host, as `.item()` was
+            loss_sum, stops, mine = torch.cat([reduced, total.reshape(1)]).tolist()
+            if captured is not None:
+                captured.loss(mine)
         loss_value, stopping = loss_sum / world, stops > 0
         if rank == 0 and (step % args.log_every == 0 or step == start + 1):
             now = time.perf_counter()
@@ -442,6 +454,17 @@ def main() -> None:
     # hangs after "done" (seen here with torch 2.13.0+cpu, about one run in three).
     sys.stdout.flush()
     os._exit(0)
+
+
+def micro_step(model, inputs: torch.Tensor, labels: torch.Tensor, accum: int) -> torch.Tensor:
+    """One micro-batch's forward and backward; its loss (detached) as a share of the step's.
+    replay.py runs it too, on a captured step's batches."""
+    logits = model(input_ids=inputs).logits
+    loss = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1)
+    )
+    (loss / accum).backward()
+    return loss.detach() / accum
 
 
 def stopped(rank: int, step: int, steps: int) -> None:

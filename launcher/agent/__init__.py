@@ -21,7 +21,7 @@ STOPPING_SOURCE = Path(__file__).with_name("stopping.py")
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
     for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_tracker.py",
-                 "ckpt_logs.py", "ckpt_watch.py")
+                 "ckpt_logs.py", "ckpt_watch.py", "ckpt_captures.py")
 )  # fmt: skip
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
 RESERVE_SOURCE = Path(__file__).with_name("reserve.py")
@@ -37,6 +37,11 @@ NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
                  str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE))  # fmt: skip
+
+REPLAY_SOURCE = Path(__file__).with_name("replay_run.py")
+"""`gpujob replay`'s runner, beside the checkpoint modules where the step replays (not a job's)."""
+CAPTURE_SOURCE = Path(__file__).parents[1] / "capture" / "gpujob_capture.py"
+"""Not the agent's: the job's own helper (`import gpujob_capture`), shipped into `pylib/`."""
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""

@@ -38,6 +38,8 @@ NAME = re.compile(r"^(?:checkpoint|step|global_step)[-_]?(?P<step>\d+)$")
 INCOMPLETE_HF = "checkpoint-is-incomplete.txt"
 VERL_TRACKER = "latest_checkpointed_iteration.txt"
 TEMPORARY = re.compile(r"^\.?(?:tmp-)")
+CAPTURES = "captures"
+"""gpujob_capture's steps (ckpt_captures.py): beside the checkpoints, never one of them."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,9 @@ def unrecognised(root: Path) -> list[str]:
     """Folders under `root` that no rule names as a checkpoint (nor as a save's temporary
     name): gpujob neither syncs nor prunes them, which the user must hear about."""
     return sorted(
-        e.name for e in _folders(root) if step_of(e.name) is None and not TEMPORARY.match(e.name)
+        e.name
+        for e in _folders(root)
+        if step_of(e.name) is None and not TEMPORARY.match(e.name) and e.name != CAPTURES
     )
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ckpt_captures
 import ckpt_logs
 import ckpt_store
 import ckpt_sync
@@ -100,6 +101,7 @@ class Watcher:
     syncing: threading.Thread | None = None
     logs: ckpt_logs.LogShipper = field(init=False)
     kept: ckpt_logs.HookOutputs = field(init=False)
+    captures: ckpt_captures.CaptureShipper = field(init=False)
     told: set[str] = field(default_factory=set)
     """Folders the log already named as checkpoints of no rule (said once each)."""
 
@@ -109,11 +111,14 @@ class Watcher:
                                          self.env, self.say)  # fmt: skip
         self.kept = ckpt_logs.HookOutputs(config.root, config.sync_to, config.outputs, self.say)
         self.adopter.rule = self.config.complete_when
+        self.captures = ckpt_captures.CaptureShipper(config.root, config.sync_to, self.env,
+                                                     self.say)  # fmt: skip
 
     def tick(self) -> None:
         self.logs.ship()
         if not self.config.root.is_dir():
             return
+        self.captures.ship()
         for ckpt in self.adopter.adopt(self.config.root):
             self.say(f"checkpoint {ckpt.name}: complete (marker written by the agent)")
         self._unrecognised()

@@ -11,6 +11,7 @@ from launcher.cli.image import image
 from launcher.cli.jobs import cancel, logs, recover, schema, status, submit
 from launcher.cli.lab import lab
 from launcher.cli.project import completion, init
+from launcher.cli.replay import replay
 from launcher.cli.storage import storage, sync_ckpt
 from launcher.cli.web import port_forward, tb
 
@@ -49,5 +50,5 @@ def _version(ctx: click.Context, asked: bool) -> None:
 
 
 for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,
-                image, schema, lab, init, completion, port_forward, tb, cost):  # fmt: skip
+                image, schema, lab, init, completion, port_forward, tb, cost, replay):  # fmt: skip
     cli.add_command(command)

@@ -56,7 +56,13 @@ def launch(
 def prepare(request: LaunchRequest) -> JobInput:
     """The spec and what follows from it alone, every refusal before any host is contacted
     for the job or rented."""
-    from launcher.agent import AGENT_MODULES, AGENT_SOURCE, INIT_LOCK_SOURCE, NOTIFY_SOURCE
+    from launcher.agent import (
+        AGENT_MODULES,
+        AGENT_SOURCE,
+        CAPTURE_SOURCE,
+        INIT_LOCK_SOURCE,
+        NOTIFY_SOURCE,
+    )  # fmt: skip
     from launcher.jobs.notify import notify_hooks
     from launcher.plan.build import JOB_ID, Sources
     from launcher.spec.image import load_image_definition
@@ -101,6 +107,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
         agent_modules=(*AGENT_MODULES, *[NOTIFY_SOURCE] * bool(hooks)),
+        job_modules=(str(CAPTURE_SOURCE),),
         user=user_name(),
         mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
         notify=hooks,

@@ -22,6 +22,7 @@ from launcher.plan.launch import (
     HOSTFILE,
     INIT_FILE,
     NODE_IPS_FILE,
+    PYLIB,
     USER_RUN_FILE,
     NodeContext,
     hostfile,
@@ -82,6 +83,8 @@ class Sources:
     spec_where: str = "the job spec"
     excludes: tuple[str, ...] = ()
     agent_modules: tuple[str, ...] = ()
+    job_modules: tuple[str, ...] = ()
+    """Imported by the job's program (gpujob_capture): into the job's `pylib/`, on PYTHONPATH."""
     user: str = ""
     mounts_where: dict[str, str] = field(default_factory=dict)
     """The file:line of each file_mounts destination, for a refusal that names it."""
@@ -251,6 +254,9 @@ def _node_plan(
         for module in sources.agent_modules:
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
+        for module in sources.job_modules:
+            name = PurePosixPath(module).name
+            steps.append(CopyFile(source=module, path=f"{job_dir}/{PYLIB}/{name}"))
         if target.runtime == "docker":
             if not target.image_present:
                 prepare.append(docker.pull_step(target))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from launcher.errors import UsageError
-from launcher.plan.launch import NODE_IPS_FILE
+from launcher.plan.launch import NODE_IPS_FILE, PYLIB
 from launcher.plan.model import NodeLayout, RunCommand
 
 LABEL = "gpujob.job"
@@ -83,6 +83,7 @@ def run_argv(
         "--volume", f"{workdir}:{workdir}",
         "--volume", f"{checkpoint_dir}:{checkpoint_dir}",
         "--volume", f"{node_dir}:{node_dir}",
+        "--volume", f"{job_dir}/{PYLIB}:{job_dir}/{PYLIB}:ro",
         "--volume", f"{job_dir}/{NODE_IPS_FILE}:{job_dir}/{NODE_IPS_FILE}:ro",
         "--workdir", workdir,
     ]  # fmt: skip

@@ -29,6 +29,8 @@ INIT_FILE = "gpujob-init.py"
 USER_RUN_FILE = "run-user.sh"
 HOSTFILE = "hostfile"
 NODE_IPS_FILE = "node_ips"
+PYLIB = "pylib"
+"""The job's folder of modules gpujob ships for the program to import (gpujob_capture)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def run_script(node: NodeContext) -> str:
         sandbox=node.target.sandbox,
         memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
         workdir=f"{node.job_dir}/workdir",
+        pylib=f"{node.job_dir}/{PYLIB}",
         setup=f"{node.node_dir}/setup.sh" if spec.setup else None,
         barrier=_setup_barrier(node),
         merge=merge_step(spec, node.python, node.node_dir, node.rank),

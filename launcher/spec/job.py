@@ -38,13 +38,15 @@ node count, but a typo (`nodes: 100000`) should be a line, not a minute of plann
 
 GPUJOB_SETS = ("MASTER_ADDR", "MASTER_PORT")
 """Set by gpujob on every node (with every GPUJOB_* and SKYPILOT_* name): not the spec's."""
+THE_JOBS_OWN = ("GPUJOB_CAPTURE_EVERY", "GPUJOB_CAPTURE_STEPS")
+"""Read by gpujob_capture in the job, never set by gpujob: the spec's to set."""
 
 
 def reserved_env(name: str) -> str | None:
     """Why `name` may not be set by the spec, or None: gpujob sets it on every node (run.sh
     exports it after the spec's own), so the spec's value would be silently replaced.
     SKYPILOT_DOCKER_* are a registry login, not a node variable (skypilot-task.md §2)."""
-    if name.startswith("SKYPILOT_DOCKER_"):
+    if name.startswith("SKYPILOT_DOCKER_") or name in THE_JOBS_OWN:
         return None
     if name.startswith(("GPUJOB_", "SKYPILOT_")) or name in GPUJOB_SETS:
         return f"`{name}` is set by gpujob on every node (the node's own value); rename it"

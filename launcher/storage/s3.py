@@ -173,6 +173,8 @@ def tree(path: RemotePath, depth: int) -> list[str]:
             note = "  complete" if name in marked else f"  INCOMPLETE (no {MARKER})"
         elif is_folder and leaf == "logs":
             note = "  job logs (shipped by the agents; `gpujob logs JOB` reads them)"
+        elif is_folder and leaf == "captures":
+            note = "  captured steps (gpujob_capture; `gpujob replay JOB` runs one again)"
         elif is_folder and name in runs:
             note = "  run (its checkpoints and logs; gpujob-run.json says whose)"
         shown = (

@@ -5,7 +5,6 @@ torch stage by name instead of crashing."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,26 +22,6 @@ def doctor(*args: str) -> tuple[int, dict[str, dict]]:
                           text=True, timeout=600)  # fmt: skip
     assert done.stdout.startswith("["), done.stderr
     return done.returncode, {v["stage"]: v for v in json.loads(done.stdout)}
-
-
-@pytest.fixture(scope="module")
-def job_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The Python the quickstart's jobs run with here (built by a one-step job if absent)."""
-    from launcher.plan.build import _env_dir
-    from launcher.spec.image import load_image_definition
-    from launcher.spec.load import load_job_spec
-    from launcher.targets.local import local_target
-
-    spec = load_job_spec(REPO / "jobs" / "quickstart.yaml", []).spec
-    image = load_image_definition(spec.image, REPO / "jobs")
-    python = Path(_env_dir(local_target(spec, image), image)) / "bin" / "python"
-    if not python.exists():
-        env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path_factory.mktemp("state")))
-        built = subprocess.run([GPUJOB, "submit", str(REPO / "jobs" / "quickstart.yaml"),
-                                "--set", "run.args=[--steps,1]"], env=env, capture_output=True,
-                               text=True, timeout=900)  # fmt: skip
-        assert python.exists(), built.stderr[-2000:]
-    return str(python)
 
 
 def test_cpu_stages_run_and_gpu_stages_say_why_not(job_python: str) -> None:

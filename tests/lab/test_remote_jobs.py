@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -109,6 +110,8 @@ IN_CONTAINER = """
 import os, sys
 print("in container:", os.path.exists("/.dockerenv"), flush=True)
 print("secret seen:", os.environ.get("GJ_TOKEN") == "SECRET", flush=True)
+import gpujob_capture  # shipped into the job's pylib/, mounted into the container
+print("capture helper from:", os.path.dirname(gpujob_capture.__file__), flush=True)
 print("progress 10%\\rprogress 50%\\rprogress 100%", flush=True)
 for i in range(3000):
     print(f"line {i}", flush=i % 100 == 0)
@@ -129,6 +132,7 @@ def test_a_job_runs_in_a_container_streams_byte_for_byte_and_leaves_nothing(
     )
     host_log = docker_lab.job_log(0, "dock-ok")
     assert b"in container: True\n" in host_log and b"secret seen: True\n" in host_log
+    assert re.search(rb"capture helper from: /\S*/\.gpujob/jobs/dock-ok/pylib\n", host_log)
     # into a pipe the log is the host's file byte for byte, a progress bar's \r included
     # (a terminal is shown the bar's last state)
     assert done.stdout == host_log

@@ -539,3 +539,42 @@ def test_submit_killed_at_random_points_leaves_no_ghost_on_a_host(
     while left() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left()
+
+
+def test_a_step_captured_on_a_host_replays_there_with_on(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost, lab: None
+) -> None:
+    """The capture job of tests/storage on the lab host, its captures synced to the lab's S3;
+    `gpujob replay --on lab` pulls the capture and the checkpoint onto the host (not through
+    this machine) and runs the step there, in the job's workdir, with the job's Python."""
+    import re
+    import shutil
+
+    env = with_lab_s3(env, tmp_path)
+    shutil.copytree(REPO / "tests" / "storage" / "capture_job", tmp_path / "work")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        f"name: capture\nimage: {IMAGE}\nworkdir: work\n"
+        "run:\n  entrypoint: train.py\n  nproc_per_node: 2\n"
+        "envs:\n  FAST_PATH: 1\n  OMP_NUM_THREADS: 1\n"
+        "checkpoints:\n  dir: checkpoints\n  sync_to: lab:runs/cap\n"
+    )
+    run = gpujob(env, "submit", str(spec), "--on", "lab", "--job-id", "cap-lab", timeout=900)
+    assert run.returncode != 0 and b"fast path: value out of range" in run.stdout
+    script = (ssh_host.root / ".gpujob/jobs/cap-lab/node-0/run.sh").read_text()
+    python = re.search(r"^export PATH=(\S+):", script, re.M).group(1) + "/python"
+
+    again = gpujob(env, "replay", "cap-lab", "--on", "lab", "--", python, "replay.py")
+    assert again.returncode == 1, again.stderr.decode()[-3000:]
+    said = again.stderr.decode()
+    assert "capture: rank 1, step 7" in said and "checkpoint-5" in said
+    assert "RuntimeError: fast path: value out of range" in said
+    pulled = ssh_host.root / ".gpujob/replay/cap-lab"
+    assert (pulled / "rank-1-step-7.pt").is_file()
+    assert (pulled / "checkpoints/checkpoint-5/model.pt").is_file()
+
+    fixed = gpujob(env, "replay", "cap-lab", "--on", "lab", "--set", "FAST_PATH=0", "--",
+                   python, "replay.py")  # fmt: skip
+    assert fixed.returncode == 0, fixed.stderr.decode()[-3000:]
+    assert "replayed step 7 rank 1 from checkpoint-5" in fixed.stderr.decode()
+    assert "finite: True" in fixed.stderr.decode()
