@@ -28,9 +28,16 @@ RESERVE_SOURCE = Path(__file__).with_name("reserve.py")
 """Room kept for a node's end on a disk the job may fill: shipped beside the agent."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
+METRICS_SOURCES = tuple(str(Path(__file__).with_name(name))
+                        for name in ("metrics.py", "log_read.py"))  # fmt: skip
+"""The node's metrics and the log's reads for clients: shipped beside the agent."""
+METRICS_JOB_FILE = "metrics-job.jsonl"
+"""In the node's folder: where the job writes its figures (`$GPUJOB_METRICS`; metrics.py)."""
+METRICS_RECORD = "metrics.jsonl"
+"""In the node's folder: the agent's record (metrics.py); `node-N.metrics.jsonl` when shipped."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
-                 str(RESERVE_SOURCE))  # fmt: skip
+                 str(RESERVE_SOURCE), *METRICS_SOURCES)  # fmt: skip
 
 AUTOSTOP_FILE = "gpujob-autostop.py"
 """The autostop watcher's name on a host, in `~/.gpujob/autostop/`."""

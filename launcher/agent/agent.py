@@ -33,6 +33,9 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
+from log_read import last_line, log_size, read
+from metrics import GpuProbe
+from metrics import start as start_metrics
 from reserve import make_reserve, skipped_if_full, write_status
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TERMINAL, TIMED_OUT
@@ -47,7 +50,7 @@ from stopping import (
     status_of,
 )
 
-__all__ = ["STATUS", "TERMINAL", "cancel", "log_line", "main", "status_of"]
+__all__ = ["STATUS", "TERMINAL", "cancel", "last_line", "log_line", "log_size", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
 
@@ -176,16 +179,30 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
-    limits = _limit_watch(node_dir, config, job, status)
+    gpus = GpuProbe()  # one nvidia-smi sample for the idle rule and the metrics
+    limits = _limit_watch(node_dir, config, job, status, gpus.utilization)
+    recorder, *metrics = start_metrics(node_dir, config, gpus, _publisher(node_dir, status))
     _stop_on_usr1(node_dir, config, job, status, usr1)
-    code = job.wait(_sampler(node_dir, status))
+    code = job.wait(recorder.with_rss(_sampler(node_dir, status)))
     if job.reason:  # e.g. a container that ended before its script ran (runtimes.py)
         status["reason"] = job.reason
     _stop_watch(limits)
+    _stop_watch((metrics[0], metrics[1]))
     _stop_watch(watch)
     _record_end(node_dir, status, code, config.get("checkpoints"))
     job.end()
     return 0
+
+
+def _publisher(node_dir: Path, status: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """Merges a watcher's update into status.json (the watchers and the wait loop share it)."""
+
+    def publish(update: dict[str, Any]) -> None:
+        with STATUS_LOCK:
+            status.update(update)
+            write_status(node_dir, status)
+
+    return publish
 
 
 def _sampler(node_dir: Path, status: dict[str, Any]) -> Callable[[int], None]:
@@ -230,22 +247,24 @@ def _record_end(
 
 
 def _limit_watch(
-    node_dir: Path, config: dict[str, Any], job: BareJob | ContainerJob, status: dict[str, Any]
+    node_dir: Path,
+    config: dict[str, Any],
+    job: BareJob | ContainerJob,
+    status: dict[str, Any],
+    query: Callable[[], dict[int, float]],
 ) -> tuple[threading.Event, threading.Thread] | None:
     """`max_duration` and `resources.idle_gpu`, kept by a thread of limits.py's."""
     limits = Limits.from_config(config)
     if not limits.any:
         return None
 
-    def publish(update: dict[str, Any]) -> None:
-        with STATUS_LOCK:
-            status.update(update)
-            write_status(node_dir, status)
+    publish = _publisher(node_dir, status)
 
     def ending() -> bool:
         return (node_dir / "cancel-requested").exists() or bool(status.get("stopped_reason"))
 
-    watch = LimitWatch(limits, lambda text: log_line(node_dir, text), publish, job.stop, ending)
+    watch = LimitWatch(limits, lambda text: log_line(node_dir, text), publish, job.stop, ending,
+                       query)  # fmt: skip
     done = threading.Event()
     thread = threading.Thread(target=watch.run, args=(done,), name="gpujob-limits")
     thread.start()
@@ -314,10 +333,7 @@ def _checkpoint_watch(
         with skipped_if_full():
             os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
 
-    def publish(update: dict[str, Any]) -> None:
-        with STATUS_LOCK:
-            status.update(update)
-            write_status(node_dir, status)
+    publish = _publisher(node_dir, status)
 
     def stop_job(reason: str) -> None:
         publish({"stopped_reason": reason})
@@ -331,55 +347,6 @@ def _checkpoint_watch(
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def last_line(node_dir: Path) -> str | None:
-    """The log's last non-blank line (from its last 4 KiB), as a terminal shows it."""
-    path = node_dir / read_json(node_dir / "job.json").get("log", "job.log")
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
-            tail = log.read().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in tail.splitlines()]
-    lines = [ln for ln in lines if ln.strip()]
-    return lines[-1][-200:] if lines else None
-
-
-def read(node_dir: Path, offset: int, wait_s: float = 0.0) -> int:
-    """Log bytes from `offset` to stdout, then the status (with the new offset) on stderr.
-    With `wait_s`, a read that finds nothing new waits up to that long for the log to grow
-    (a long poll: the client sees a new line within ~20 ms, without asking 20 times)."""
-    config = read_json(node_dir / "job.json")
-    path = node_dir / config.get("log", "job.log")
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and _size(path) <= offset:
-        if status_of(node_dir).get("state") in TERMINAL:
-            break
-        time.sleep(0.02)
-    status = status_of(node_dir)
-    out = sys.stdout.buffer
-    end = offset
-    try:
-        with open(path, "rb") as log:
-            log.seek(offset)
-            while chunk := log.read(1 << 20):
-                out.write(chunk)
-                end += len(chunk)
-    except FileNotFoundError:
-        pass
-    out.flush()
-    status["offset"] = end
-    sys.stderr.write(json.dumps(status) + "\n")
-    return 0
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def main(argv: list[str]) -> int:

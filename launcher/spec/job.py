@@ -22,6 +22,7 @@ from launcher.spec.batch import BatchSpec, batch_refusal
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
+from launcher.spec.metrics import MetricsSpec
 from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
@@ -169,6 +170,10 @@ class JobSpec(StrictModel):
         default_factory=dict, description="S3 remotes by name; the user config adds more."
     )
     merge: MergeSpec | None = None
+    metrics: MetricsSpec | None = Field(
+        default=None,
+        description="The job's figures from its log; `$GPUJOB_METRICS` is always read.",
+    )
     max_duration: Seconds | None = Field(
         default=None,
         description="Time limit of the job (`30m`, `2h`, seconds): the agent stops it with its "
