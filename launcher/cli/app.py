@@ -9,6 +9,7 @@ from launcher.cli.hosts import doctor, down, ssh, up
 from launcher.cli.image import image
 from launcher.cli.jobs import cancel, logs, recover, schema, status, submit
 from launcher.cli.lab import lab
+from launcher.cli.metrics import metrics
 from launcher.cli.project import completion, init
 from launcher.cli.storage import storage, sync_ckpt
 
@@ -47,5 +48,5 @@ def _version(ctx: click.Context, asked: bool) -> None:
 
 
 for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,
-                image, schema, lab, init, completion):  # fmt: skip
+                image, schema, lab, init, completion, metrics):  # fmt: skip
     cli.add_command(command)
