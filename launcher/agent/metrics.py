@@ -43,6 +43,8 @@ READ_AT_MOST = 4 << 20
 """Bytes read from a source per pass: a burst is caught up over the next passes."""
 QUERY = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
          "--format=csv,noheader,nounits")  # fmt: skip
+GPU_TRIES = 3
+"""Failed `nvidia-smi` calls in a row after which the recorder stops asking."""
 NOT_FIGURES = ("t", "kind")
 HEADLINE_FIRST = ("loss", "train_loss", "train/loss")
 
@@ -202,7 +204,8 @@ class Recorder:
         self.rss: int | None = None
         self.headline: str | None = None
         self.recent: deque[float] = deque(maxlen=20)
-        self.gpu_on = True
+        self.last_step: int | None = None
+        self.gpu_failures = 0
 
     def with_rss(self, sample: Callable[[int], None]) -> Callable[[int], None]:
         """The wait loop's memory sample, kept here too (the tree's memory, read once)."""
@@ -248,26 +251,26 @@ class Recorder:
 
     def _system(self, now: float) -> list[dict[str, Any]]:
         record: dict[str, Any] = {"t": now, "kind": "sys"}
-        if self.gpu_on:
+        if self.gpu_failures < GPU_TRIES:  # a host without a working nvidia-smi: let be
             try:
                 gpus = self.gpus.sample()
                 record["gpu_util"] = [gpus[g][0] for g in sorted(gpus)]
                 record["gpu_mem_mib"] = [gpus[g][1] for g in sorted(gpus)]
+                self.gpu_failures = 0
             except GpuQueryFailed:
-                self.gpu_on = self.gpus.absent is None  # a missing nvidia-smi is not retried
+                self.gpu_failures += 1
         if self.rss is not None:
             record["rss_mib"] = round(self.rss / (1 << 20), 1)
         return [record] if len(record) > 2 else []
 
     def _summarise(self, steps: list[dict[str, Any]], system: dict[str, Any] | None) -> None:
-        summary: dict[str, Any] = {}
         for step in steps:
             if self.headline is None:
                 self.headline = headline(step)
             if self.headline in step:
                 self.recent.append(float(step[self.headline]))
-            if "step" in step:
-                summary["step"] = step["step"]
+            self.last_step = step.get("step", self.last_step)
+        summary: dict[str, Any] = {} if self.last_step is None else {"step": self.last_step}
         if self.headline and self.recent:
             summary.update(name=self.headline, value=self.recent[-1],
                            trend=trend(list(self.recent)))  # fmt: skip
