@@ -104,8 +104,9 @@ def metrics(reference: str, *, as_json: bool, follow: bool, plot: str | None,
             say: Callable[[str], None]) -> int:  # fmt: skip
     """Show, write or follow a job's metrics; returns the exit code."""
     if plot is not None and Path(plot).suffix.lower() not in PLOT_KINDS:
-        raise UsageError(f"--plot {plot}: the file's name must end .png, .svg or .html",
-                         "e.g. --plot curves.png")
+        raise UsageError(
+            f"--plot {plot}: the file's name must end .png, .svg or .html", "e.g. --plot curves.png"
+        )
     db = StateDB()
     job = job_or_fail(db, reference)
     nodes = read_metrics(job)
