@@ -29,7 +29,7 @@ RESERVE_SOURCE = Path(__file__).with_name("reserve.py")
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
 METRICS_SOURCES = tuple(str(Path(__file__).with_name(name))
-                        for name in ("metrics.py", "log_read.py"))  # fmt: skip
+                        for name in ("metrics.py", "tfevents.py", "log_read.py"))  # fmt: skip
 """The node's metrics and the log's reads for clients: shipped beside the agent."""
 METRICS_JOB_FILE = "metrics-job.jsonl"
 """In the node's folder: where the job writes its figures (`$GPUJOB_METRICS`; metrics.py)."""

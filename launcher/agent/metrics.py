@@ -2,8 +2,9 @@
 memory, the job tree's host memory, and the job's own figures, every few seconds.
 
 The job's figures come from the JSON-lines file the program may write (`$GPUJOB_METRICS`,
-one object per step, any keys: numbers are kept) and from log lines matched by the spec's
-`metrics.from_log` pattern (named groups; `step` names the step). The record is
+one object per step, any keys: numbers are kept), from log lines matched by the spec's
+`metrics.from_log` pattern (named groups; `step` names the step), and from the TensorBoard
+event files under `metrics.tensorboard` (tfevents.py). The record is
 `metrics.jsonl` in the node's folder: one JSON object a line, `{"t", "kind": "step", ...}`
 for the job's figures and `{"t", "kind": "sys", "gpu_util", "gpu_mem_mib", "rss_mib"}` for
 the machine's. Past `max_bytes` it is thinned (older records every other one, the newest
@@ -32,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from limits import GpuQueryFailed
+from tfevents import EventFolder
 
 RECORD = "metrics.jsonl"
 """The agent's record, beside job.log; shipped beside the logs as `node-N.metrics.jsonl`."""
@@ -200,6 +202,8 @@ class Recorder:
         self.job_file = Tail(node_dir / JOB_FILE)
         self.log = Tail(node_dir / config.get("log", "job.log"))
         self.pattern = re.compile(care["from_log"]) if care.get("from_log") else None
+        board = care.get("tensorboard")  # relative to the job's workdir (plan/build.py's)
+        self.events = EventFolder(node_dir.parent / "workdir" / board) if board else None
         self.gpus, self.publish = gpus, publish
         self.rss: int | None = None
         self.headline: str | None = None
@@ -243,6 +247,8 @@ class Recorder:
                 continue
             if isinstance(raw, dict):
                 yield figures(raw)
+        if self.events is not None:
+            yield from self.events.steps()
         if self.pattern is not None:
             for line in self.log.lines():
                 found = from_log(self.pattern, line)

@@ -1,6 +1,7 @@
 """`metrics:` in a job spec: where the agent finds the job's own figures besides
-`$GPUJOB_METRICS` (always read): a pattern over the log's lines. The agent records them with
-the GPUs' use beside the log (launcher/agent/metrics.py); `gpujob metrics` shows them."""
+`$GPUJOB_METRICS` (always read): a pattern over the log's lines, TensorBoard event files.
+The agent records them with the GPUs' use beside the log (launcher/agent/metrics.py);
+`gpujob metrics` shows them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ class MetricsSpec(StrictModel):
         description="A regular expression over the job's log lines; each named group that "
         r"matches a number is a figure, `step` the step: `step (?P<step>\d+) .*loss "
         r"(?P<loss>[0-9.]+)`.",
+    )
+    tensorboard: str | None = Field(
+        default=None,
+        description="A folder the job writes TensorBoard event files to, relative to its "
+        "workdir (or absolute): their scalars are recorded by step, by tag.",
     )
     every: Seconds = Field(
         default=5.0, description="How often the agent records (`5s`, seconds); at least 1 s."
@@ -44,4 +50,5 @@ class MetricsSpec(StrictModel):
 
     def agent_config(self) -> dict[str, object]:
         """job.json's `metrics`, as the agent reads it."""
-        return {"from_log": self.from_log, "every_s": self.every}
+        return {"from_log": self.from_log, "tensorboard": self.tensorboard,
+                "every_s": self.every}  # fmt: skip
