@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.errors import GpujobError, UsageError
 from launcher.jobs.metrics import NodeMetrics, read_metrics
@@ -66,7 +66,7 @@ def summary_lines(node: NodeMetrics) -> list[str]:
     if util:
         lines.append(f"{'GPU util %'.ljust(width)}  mean {_mean(util):.0f}, last {util[-1]:.0f}  "
                      f"{sparkline(util)}")  # fmt: skip
-    rss = [float(s["rss_mib"]) for s in node.system if "rss_mib" in s]
+    rss = [s.rss_mib for s in node.system if s.rss_mib is not None]
     if rss:
         lines.append(f"{'host memory MiB'.ljust(width)}  peak {max(rss):.0f}  {sparkline(rss)}")
     return lines
@@ -82,7 +82,7 @@ def step_table(node: NodeMetrics, rows: int = TABLE_ROWS) -> str:
                      for line in lines)  # fmt: skip
 
 
-def _cell(value: Any) -> str:
+def _cell(value: float | None) -> str:
     return "-" if value is None else number(value) if isinstance(value, float) else str(value)
 
 

@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from launcher.agent import METRICS_RECORD
 from launcher.errors import GpujobError
 from launcher.state.db import JobRecord
 
 NOT_FIGURES = ("t", "kind", "step")
+Step = dict[str, float]
+"""One step's figures with its `t` and `step` (numbers only)."""
+
+
+@dataclass
+class Sample:
+    """The machine at one moment: each GPU's utilisation % and memory, the job tree's memory."""
+
+    t: float
+    gpu_util: list[float] = field(default_factory=list)
+    gpu_mem_mib: list[float] = field(default_factory=list)
+    rss_mib: float | None = None
 
 
 @dataclass
@@ -24,8 +35,8 @@ class NodeMetrics:
 
     rank: int
     source: str
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    system: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    system: list[Sample] = field(default_factory=list)
 
     def names(self) -> list[str]:
         """The job's figures in the order first seen, the loss first."""
@@ -42,14 +53,14 @@ class NodeMetrics:
 
     def gpu_util(self) -> tuple[list[float], list[float]]:
         """(seconds since the first sample, mean utilisation % over the node's GPUs)."""
-        samples = [s for s in self.system if s.get("gpu_util")]
-        start = samples[0]["t"] if samples else 0.0
-        return ([s["t"] - start for s in samples],
-                [sum(s["gpu_util"]) / len(s["gpu_util"]) for s in samples])  # fmt: skip
+        samples = [s for s in self.system if s.gpu_util]
+        start = samples[0].t if samples else 0.0
+        return ([s.t - start for s in samples],
+                [sum(s.gpu_util) / len(s.gpu_util) for s in samples])  # fmt: skip
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {"rank": self.rank, "source": self.source, "steps": self.steps,
-                "system": self.system}  # fmt: skip
+                "system": [asdict(s) for s in self.system]}  # fmt: skip
 
 
 def parse_record(rank: int, source: str, text: str) -> NodeMetrics:
@@ -60,10 +71,24 @@ def parse_record(rank: int, source: str, text: str) -> NodeMetrics:
             record = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(record, dict):
+        if not isinstance(record, dict) or not _number(record.get("t")):
             continue
-        (found.system if record.get("kind") == "sys" else found.steps).append(record)
+        if record.get("kind") == "sys":
+            found.system.append(Sample(
+                t=record["t"], gpu_util=_numbers(record.get("gpu_util")),
+                gpu_mem_mib=_numbers(record.get("gpu_mem_mib")),
+                rss_mib=record["rss_mib"] if _number(record.get("rss_mib")) else None))  # fmt: skip
+        else:
+            found.steps.append({k: v for k, v in record.items() if _number(v)})
     return found
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numbers(value: object) -> list[float]:
+    return [v for v in value if _number(v)] if isinstance(value, list) else []
 
 
 def read_metrics(job: JobRecord) -> list[NodeMetrics]:

@@ -45,7 +45,7 @@ def test_the_quickstarts_loss_is_recorded_shown_plotted_and_in_status(tmp_path: 
     assert len(logged) >= 5 and all(  # the log's lines say the same losses
         by_step[step] == pytest.approx(loss, abs=1e-4) for step, loss in logged.items()
     )
-    assert any(s.get("rss_mib", 0) > 50 for s in node["system"])  # the job tree's memory
+    assert any((s["rss_mib"] or 0) > 50 for s in node["system"])  # the job tree's memory
 
     shown = gpujob(env, "metrics", "qs-metrics")
     assert shown.returncode == 0, shown.stderr
@@ -68,6 +68,8 @@ def test_the_quickstarts_loss_is_recorded_shown_plotted_and_in_status(tmp_path: 
     status = gpujob(env, "status", "--json")
     row = next(r for r in json.loads(status.stdout)["jobs"] if r["id"] == "qs-metrics")
     assert row["metrics"] == f"loss {final:.4g} ↓ @60"
+    followed = gpujob(env, "metrics", "qs-metrics", "--follow")  # an ended job: shown, then done
+    assert followed.returncode == 0 and followed.stdout == shown.stdout, followed.stderr
     table = gpujob(env, "status")
     assert "METRICS" in table.stdout and f"loss {final:.4g} ↓ @60" in table.stdout
 
