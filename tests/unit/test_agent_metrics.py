@@ -191,3 +191,16 @@ def test_a_plot_has_a_point_per_recorded_step_and_gpu_sample() -> None:
     assert list(loss.get_xdata()) == list(range(1, 38)) and loss.get_ydata()[-1] == 5 - 3.6
     assert list(gpu.get_ydata()) == [60.0] * 5
     assert step_table(node, rows=2).splitlines() == ["STEP  LOSS", "  36   1.5", "  37   1.4"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["metrics", "no-such-job"], 2, "gpujob: error: no job `no-such-job`"),
+        (["metrics", "j", "--plot", "out.txt"], 2, "the file's name must end .png, .svg or .html"),
+    ],
+)
+def test_metrics_refuses_in_one_line(gpujob, args: list[str], code: int, said: str) -> None:
+    done = gpujob(*args)
+    assert done.exit_code == code and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and said in done.stderr, done.stderr
