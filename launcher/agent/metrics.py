@@ -49,6 +49,8 @@ GPU_TRIES = 3
 """Failed `nvidia-smi` calls in a row after which the recorder stops asking."""
 NOT_FIGURES = ("t", "kind")
 HEADLINE_FIRST = ("loss", "train_loss", "train/loss")
+THROUGHPUT = ("tokens_per_s", "tokens/s", "tokens_per_sec", "train/tokens_per_s")
+"""The figure `status` shows as the job's speed, where the job records one."""
 
 
 def parse_gpus(text: str) -> dict[int, tuple[float, float]]:
@@ -209,6 +211,7 @@ class Recorder:
         self.headline: str | None = None
         self.recent: deque[float] = deque(maxlen=20)
         self.last_step: int | None = None
+        self.tokens_per_s: float | None = None
         self.gpu_failures = 0
 
     def with_rss(self, sample: Callable[[int], None]) -> Callable[[int], None]:
@@ -276,7 +279,11 @@ class Recorder:
             if self.headline in step:
                 self.recent.append(float(step[self.headline]))
             self.last_step = step.get("step", self.last_step)
+            rate = next((step[k] for k in THROUGHPUT if k in step), None)
+            self.tokens_per_s = rate if rate is not None else self.tokens_per_s
         summary: dict[str, Any] = {} if self.last_step is None else {"step": self.last_step}
+        if self.tokens_per_s is not None:
+            summary["tokens_per_s"] = self.tokens_per_s
         if self.headline and self.recent:
             summary.update(name=self.headline, value=self.recent[-1],
                            trend=trend(list(self.recent)))  # fmt: skip

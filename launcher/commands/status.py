@@ -84,7 +84,7 @@ def status_rows(limit: int = 20) -> list[JobRow]:
 
 def metrics_text(statuses: list[NodeStatus] | None) -> str:
     """Node 0's headline figure as its agent summarised it (agent/metrics.py): `loss 0.8597 ↓
-    @60, GPU 87%`; empty where nothing was recorded or the agent was not asked."""
+    @60, 29.5k tok/s, GPU 87%`; empty where nothing was recorded or the agent was not asked."""
     summary = dict((statuses or [{}])[0].get("metrics") or {})
     parts = []
     if summary.get("name") is not None and summary.get("value") is not None:
@@ -92,6 +92,9 @@ def metrics_text(statuses: list[NodeStatus] | None) -> str:
         parts.append(f"{summary['name']} {float(summary['value']):.4g} {arrow}")  # type: ignore[arg-type]
         if summary.get("step") is not None:
             parts[-1] += f" @{summary['step']}"
+    if isinstance(summary.get("tokens_per_s"), int | float):
+        rate = float(summary["tokens_per_s"])  # type: ignore[arg-type]
+        parts.append(f"{rate / 1000:.1f}k tok/s" if rate >= 1000 else f"{rate:.0f} tok/s")
     if summary.get("gpu_util") is not None:
         parts.append(f"GPU {summary['gpu_util']}%")
     return ", ".join(parts)

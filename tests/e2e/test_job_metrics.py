@@ -67,11 +67,13 @@ def test_the_quickstarts_loss_is_recorded_shown_plotted_and_in_status(tmp_path: 
 
     status = gpujob(env, "status", "--json")
     row = next(r for r in json.loads(status.stdout)["jobs"] if r["id"] == "qs-metrics")
-    assert row["metrics"] == f"loss {final:.4g} ↓ @60"
+    rate = steps[-1]["tokens_per_s"]
+    speed = f"{rate / 1000:.1f}k tok/s" if rate >= 1000 else f"{rate:.0f} tok/s"
+    assert row["metrics"] == f"loss {final:.4g} ↓ @60, {speed}"
     followed = gpujob(env, "metrics", "qs-metrics", "--follow")  # an ended job: shown, then done
     assert followed.returncode == 0 and followed.stdout == shown.stdout, followed.stderr
     table = gpujob(env, "status")
-    assert "METRICS" in table.stdout and f"loss {final:.4g} ↓ @60" in table.stdout
+    assert "METRICS" in table.stdout and row["metrics"] in table.stdout
 
 
 def test_figures_from_the_log_by_the_specs_pattern(tmp_path: Path) -> None:

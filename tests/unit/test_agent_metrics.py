@@ -175,8 +175,10 @@ def test_sparkline(values: list[float], width: int, expected: str) -> None:
 
 def test_the_status_line_shows_the_headline_its_trend_and_gpu_busy() -> None:
     status = {"metrics": {"name": "loss", "value": 0.85974, "trend": "down", "step": 60,
-                          "gpu_util": 87}}  # fmt: skip
-    assert metrics_text([status]) == "loss 0.8597 ↓ @60, GPU 87%"  # type: ignore[list-item]
+                          "gpu_util": 87, "tokens_per_s": 29512}}  # fmt: skip
+    assert metrics_text([status]) == "loss 0.8597 ↓ @60, 29.5k tok/s, GPU 87%"  # type: ignore[list-item]
+    slow = {"metrics": {"name": "reward", "value": 1.5, "trend": "up", "tokens_per_s": 870.4}}
+    assert metrics_text([slow]) == "reward 1.5 ↑, 870 tok/s"  # type: ignore[list-item]
     assert metrics_text([{"metrics": {"gpu_util": 3}}]) == "GPU 3%"  # type: ignore[list-item]
     assert metrics_text([{}]) == "" and metrics_text(None) == ""
 
