@@ -98,3 +98,28 @@ def test_figures_from_the_log_by_the_specs_pattern(tmp_path: Path) -> None:
     steps = json.loads(every.stdout)["nodes"][0]["steps"]
     assert [(s["step"], s["loss"], s["acc"]) for s in steps] == [
         (n, round(1 / n, 3), float(f"0.{n}")) for n in range(1, 8)]  # fmt: skip
+
+
+def test_follow_prints_new_steps_until_the_job_ends(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "prog.py").write_text(
+        "import json, os, time\n"
+        "out = open(os.environ['GPUJOB_METRICS'], 'a', buffering=1)\n"
+        "time.sleep(2)\n"
+        "for step in range(1, 9):\n"
+        "    out.write(json.dumps({'step': step, 'reward': step / 10}) + '\\n')\n"
+        "    time.sleep(1)\n"
+    )
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: follow\nimage: {IMAGE}\nworkdir: work\nrun:\n  entrypoint: prog.py\n"
+                    "  nproc_per_node: 1\nmetrics:\n  every: 1\n")  # fmt: skip
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    started = gpujob(env, "submit", str(spec), "--job-id", "follow", "--detach")
+    assert started.returncode == 0, started.stderr[-3000:]
+    followed = gpujob(env, "metrics", "follow", "--follow")
+    assert followed.returncode == 0, followed.stderr
+    first = int(re.search(r"node 0: (\d+) step\(s\) recorded", followed.stdout).group(1))  # type: ignore[union-attr]
+    assert first < 8, followed.stdout  # it started while the job ran
+    new = [int(n) for n in re.findall(r"^node 0: step (\d+)  reward", followed.stdout, re.M)]
+    assert new == list(range(first + 1, 9)), followed.stdout  # then every later step, once
