@@ -212,6 +212,7 @@ class Recorder:
         self.recent: deque[float] = deque(maxlen=20)
         self.last_step: int | None = None
         self.tokens_per_s: float | None = None
+        self.published: dict[str, Any] = {}
         self.gpu_failures = 0
 
     def with_rss(self, sample: Callable[[int], None]) -> Callable[[int], None]:
@@ -289,8 +290,9 @@ class Recorder:
                            trend=trend(list(self.recent)))  # fmt: skip
         if system and system.get("gpu_util"):
             summary["gpu_util"] = round(sum(system["gpu_util"]) / len(system["gpu_util"]))
-        if summary:
+        if summary and summary != self.published:  # status.json rewritten only on a change
             self.publish({"metrics": summary})
+            self.published = summary
 
 
 def headline(step: dict[str, Any]) -> str | None:
@@ -315,7 +317,10 @@ def start(node_dir: Path, config: dict[str, Any], gpus: GpuProbe,
           publish: Callable[[dict[str, Any]], None]) -> tuple[Recorder, threading.Event,
                                                               threading.Thread]:  # fmt: skip
     """The recorder on its own thread (the agent stops it as it stops its other watchers)."""
-    recorder = Recorder(node_dir, config, gpus, publish)
+    try:
+        recorder = Recorder(node_dir, config, gpus, publish)
+    except (re.error, ValueError, TypeError):  # a job.json not from gpujob's plan: the rest runs
+        recorder = Recorder(node_dir, {"log": config.get("log", "job.log")}, gpus, publish)
     done = threading.Event()
     thread = threading.Thread(target=recorder.run, args=(done,), name="gpujob-metrics")
     thread.start()

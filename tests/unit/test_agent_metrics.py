@@ -206,3 +206,14 @@ def test_metrics_refuses_in_one_line(gpujob, args: list[str], code: int, said: s
     done = gpujob(*args)
     assert done.exit_code == code and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and said in done.stderr, done.stderr
+
+
+def test_a_bad_pattern_in_job_json_leaves_the_rest_recording(tmp_path: Path) -> None:
+    config = {"metrics": {"from_log": "loss (?P<loss>", "every_s": 0.05}}
+    recorder, done, thread = m.start(tmp_path, config, m.GpuProbe(query=("/nonexistent",)),
+                                     lambda update: None)  # fmt: skip
+    (tmp_path / m.JOB_FILE).write_text('{"step": 1, "loss": 2.0}\n')
+    done.set()
+    thread.join(timeout=10)
+    assert recorder.pattern is None
+    assert [r["loss"] for r in record_of(tmp_path) if r["kind"] == "step"] == [2.0]
