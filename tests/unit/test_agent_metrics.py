@@ -217,3 +217,22 @@ def test_a_bad_pattern_in_job_json_leaves_the_rest_recording(tmp_path: Path) -> 
     thread.join(timeout=10)
     assert recorder.pattern is None
     assert [r["loss"] for r in record_of(tmp_path) if r["kind"] == "step"] == [2.0]
+
+
+def test_the_summary_lines_and_each_kind_of_plot_file(tmp_path: Path) -> None:
+    from launcher.commands.metrics import summary_lines, write_plot
+
+    lines = [json.dumps({"t": i, "kind": "step", "step": i, "loss": 4 - i}) for i in range(4)]
+    lines += [json.dumps({"t": 10 + i, "kind": "sys", "gpu_util": [u, u], "rss_mib": 100 * i})
+              for i, u in enumerate((0, 50, 100))]  # fmt: skip
+    node = parse_record(0, "host", "\n".join(lines))
+    shown = summary_lines(node)
+    assert shown[0].split() == ["loss", "4", "->", "1", "(min", "1)", "█▆▃▁"]
+    assert shown[1].split() == ["GPU", "util", "%", "mean", "50,", "last", "100", "▁▅█"]
+    assert shown[2].split() == ["host", "memory", "MiB", "peak", "200", "▁▅█"]
+    for suffix, head in ((".png", b"\x89PNG"), (".svg", b"<?xml"), (".html", b"<!doctype html>")):
+        said = write_plot("j", [node], tmp_path / f"c{suffix}")
+        data = (tmp_path / f"c{suffix}").read_bytes()
+        assert data.startswith(head) and said.startswith(f"wrote {tmp_path}/c{suffix}")
+    assert b"<svg" in (tmp_path / "c.html").read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".plot.")]
