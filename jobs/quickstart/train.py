@@ -41,7 +41,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import torch
 import torch.distributed as dist
@@ -396,6 +396,7 @@ def main() -> None:
     tokens_per_step = args.micro_batch * args.grad_accum * world * args.seq_len
     started = time.perf_counter()
     window_start, window_step = started, start
+    metrics, step_start = open_metrics() if rank == 0 else None, started
     steady_start = started
     for step in range(start + 1, args.steps + 1):
         optimizer.zero_grad(set_to_none=True)
@@ -422,6 +423,11 @@ def main() -> None:
             if captured is not None:
                 captured.loss(mine)
         loss_value, stopping = loss_sum / world, stops > 0
+        if metrics is not None:  # every step's figures, for `gpujob metrics`
+            now = time.perf_counter()
+            rate, step_start = tokens_per_step / max(now - step_start, 1e-9), now
+            metrics.write(json.dumps({"step": step, "loss": round(loss_value, 5),
+                                      "tokens_per_s": round(rate)}) + "\n")  # fmt: skip
         if rank == 0 and (step % args.log_every == 0 or step == start + 1):
             now = time.perf_counter()
             rate = tokens_per_step * (step - window_step) / max(now - window_start, 1e-9)
@@ -465,6 +471,13 @@ def micro_step(model, inputs: torch.Tensor, labels: torch.Tensor, accum: int) ->
     )
     (loss / accum).backward()
     return loss.detach() / accum
+
+
+def open_metrics() -> TextIO | None:
+    """`$GPUJOB_METRICS`, where gpujob's agent reads one JSON object per step (line-buffered:
+    each step's line is whole in the file when written, and os._exit loses none)."""
+    path = os.environ.get("GPUJOB_METRICS")
+    return open(path, "a", buffering=1) if path else None
 
 
 def stopped(rank: int, step: int, steps: int) -> None:

@@ -30,13 +30,21 @@ HUNG_SOURCE = Path(__file__).with_name("hung.py")
 """py-spy dumps of a job's running ranks (`cancel --dump-first`, the keep): shipped beside both."""
 LIMITS_SOURCE = Path(__file__).with_name("limits.py")
 """The job's time and GPU-idle limits, kept on the host: shipped beside the agent."""
+METRICS_SOURCES = tuple(str(Path(__file__).with_name(name))
+                        for name in ("metrics.py", "tfevents.py", "log_read.py"))  # fmt: skip
+"""The node's metrics and the log's reads for clients: shipped beside the agent."""
+METRICS_JOB_FILE = "metrics-job.jsonl"
+"""In the node's folder: where the job writes its figures (`$GPUJOB_METRICS`; metrics.py)."""
+METRICS_RECORD = "metrics.jsonl"
+"""In the node's folder: the agent's record (metrics.py); `node-N.metrics.jsonl` when shipped."""
 RANK_MEMORY_SOURCE = Path(__file__).with_name("rank_memory.py")
 """The job's peak memory, per rank too: shipped beside the agent."""
 NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
 """Webhook posts of the job's end: shipped beside the agent only for a job with `notify:`."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
-                 str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE))  # fmt: skip
+                 str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE),
+                 *METRICS_SOURCES)  # fmt: skip
 
 REPLAY_SOURCE = Path(__file__).with_name("replay_run.py")
 """`gpujob replay`'s runner, beside the checkpoint modules where the step replays (not a job's)."""

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from hung import cancel_args
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
+from log_read import last_line, log_size, read
+from metrics import GpuProbe
+from metrics import start as start_metrics
 from rank_memory import sampler
 from reserve import make_reserve, skipped_if_full, write_status
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
@@ -41,7 +45,6 @@ from stopping import (
     MARKER,
     STATUS,
     cancel,
-    last_line,
     log_line,
     record_cancelled_unstarted,
     record_never_started,
@@ -49,7 +52,7 @@ from stopping import (
     status_of,
 )
 
-__all__ = ["STATUS", "TERMINAL", "cancel", "last_line", "log_line", "main", "status_of"]
+__all__ = ["STATUS", "TERMINAL", "cancel", "last_line", "log_line", "log_size", "main", "status_of"]
 STATUS_LOCK = threading.Lock()
 """The wait loop and the checkpoint watcher both write status.json."""
 
@@ -179,17 +182,31 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
-    limits = _limit_watch(node_dir, config, job, status)
+    gpus = GpuProbe()  # one nvidia-smi sample for the idle rule and the metrics
+    limits = _limit_watch(node_dir, config, job, status, gpus.utilization)
+    recorder, *metrics = start_metrics(node_dir, config, gpus, _publisher(node_dir, status))
     _stop_on_usr1(node_dir, config, job, status, usr1)
-    code = job.wait(sampler(node_dir, status, STATUS_LOCK))
+    code = job.wait(recorder.with_rss(sampler(node_dir, status, STATUS_LOCK)))
     if job.reason:  # e.g. a container that ended before its script ran (runtimes.py)
         status["reason"] = job.reason
     _stop_watch(limits)
+    _stop_watch((metrics[0], metrics[1]))
     _stop_watch(watch)
     _record_end(node_dir, status, code, config.get("checkpoints"))
     job.end()
     _notify(node_dir, config, given, status)
     return 0
+
+
+def _publisher(node_dir: Path, status: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """Merges a watcher's update into status.json (the watchers and the wait loop share it)."""
+
+    def publish(update: dict[str, Any]) -> None:
+        with STATUS_LOCK:
+            status.update(update)
+            write_status(node_dir, status)
+
+    return publish
 
 
 def _notify(node_dir: Path, config: dict[str, Any], given: dict, status: dict[str, Any]) -> None:
@@ -228,22 +245,24 @@ def _record_end(
 
 
 def _limit_watch(
-    node_dir: Path, config: dict[str, Any], job: BareJob | ContainerJob, status: dict[str, Any]
+    node_dir: Path,
+    config: dict[str, Any],
+    job: BareJob | ContainerJob,
+    status: dict[str, Any],
+    query: Callable[[], dict[int, float]],
 ) -> tuple[threading.Event, threading.Thread] | None:
     """`max_duration` and `resources.idle_gpu`, kept by a thread of limits.py's."""
     limits = Limits.from_config(config)
     if not limits.any:
         return None
 
-    def publish(update: dict[str, Any]) -> None:
-        with STATUS_LOCK:
-            status.update(update)
-            write_status(node_dir, status)
+    publish = _publisher(node_dir, status)
 
     def ending() -> bool:
         return (node_dir / "cancel-requested").exists() or bool(status.get("stopped_reason"))
 
-    watch = LimitWatch(limits, lambda text: log_line(node_dir, text), publish, job.stop, ending)
+    watch = LimitWatch(limits, lambda text: log_line(node_dir, text), publish, job.stop, ending,
+                       query)  # fmt: skip
     done = threading.Event()
     thread = threading.Thread(target=watch.run, args=(done,), name="gpujob-limits")
     thread.start()
@@ -312,10 +331,7 @@ def _checkpoint_watch(
         with skipped_if_full():
             os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
 
-    def publish(update: dict[str, Any]) -> None:
-        with STATUS_LOCK:
-            status.update(update)
-            write_status(node_dir, status)
+    publish = _publisher(node_dir, status)
 
     def stop_job(reason: str) -> None:
         publish({"stopped_reason": reason})
@@ -329,41 +345,6 @@ def _checkpoint_watch(
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def read(node_dir: Path, offset: int, wait_s: float = 0.0) -> int:
-    """Log bytes from `offset` to stdout, then the status (with the new offset) on stderr.
-    With `wait_s`, a read that finds nothing new waits up to that long for the log to grow
-    (a long poll: the client sees a new line within ~20 ms, without asking 20 times)."""
-    config = read_json(node_dir / "job.json")
-    path = node_dir / config.get("log", "job.log")
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and _size(path) <= offset:
-        if status_of(node_dir).get("state") in TERMINAL:
-            break
-        time.sleep(0.02)
-    status = status_of(node_dir)
-    out = sys.stdout.buffer
-    end = offset
-    try:
-        with open(path, "rb") as log:
-            log.seek(offset)
-            while chunk := log.read(1 << 20):
-                out.write(chunk)
-                end += len(chunk)
-    except FileNotFoundError:
-        pass
-    out.flush()
-    status["offset"] = end
-    sys.stderr.write(json.dumps(status) + "\n")
-    return 0
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,6 @@
-"""What the agent ships beside the checkpoints of its run: the node logs, so `gpujob logs`
-works after the host is gone, and the run's manifest, so a reader knows whose checkpoints
-these are. Stdlib only; shipped beside the agent."""
+"""What the agent ships beside the checkpoints of its run: the node logs and metrics, so
+`gpujob logs` and `gpujob metrics` work after the host is gone, and the run's manifest, so
+a reader knows whose checkpoints these are. Stdlib only; shipped beside the agent."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ class LogShipper:
         if not final and time.monotonic() - self.shipped_at < self.every_s:
             return
         self.shipped_at = time.monotonic()
-        for log in sorted(self.job_dir.glob("node-*/job.log")):
-            name = f"{log.parent.name}.log"
+        logs = [*self.job_dir.glob("node-*/job.log"), *self.job_dir.glob("node-*/metrics.jsonl")]
+        for log in sorted(logs):  # the metrics record (metrics.py) travels with its log
+            name = f"{log.parent.name}.{'log' if log.name == 'job.log' else log.name}"
             size = log.stat().st_size
             if self.shipped.get(name) == size:
                 continue

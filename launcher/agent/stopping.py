@@ -212,20 +212,6 @@ def log_line(node_dir: Path, text: str) -> None:
         log.write(f"[gpujob-agent] {text}\n".encode())
 
 
-def last_line(node_dir: Path) -> str | None:
-    """The log's last non-blank line (from its last 4 KiB), as a terminal shows it."""
-    path = node_dir / read_json(node_dir / "job.json").get("log", "job.log")
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
-            tail = log.read().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    lines = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in tail.splitlines()]
-    lines = [ln for ln in lines if ln.strip()]
-    return lines[-1][-200:] if lines else None
-
-
 def cancel(node_dir: Path, grace_s: float, agent_gone: bool = False) -> int:
     """Stop the node's job and print its status as a JSON line (`had_ended` when it had
     ended before: then nothing changed but its container's removal). `agent_gone`: SLURM's

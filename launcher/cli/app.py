@@ -10,6 +10,7 @@ from launcher.cli.hosts import doctor, down, ssh, up
 from launcher.cli.image import image
 from launcher.cli.jobs import cancel, logs, recover, schema, status, submit
 from launcher.cli.lab import lab
+from launcher.cli.metrics import metrics
 from launcher.cli.project import completion, init
 from launcher.cli.replay import replay
 from launcher.cli.storage import storage, sync_ckpt
@@ -50,5 +51,6 @@ def _version(ctx: click.Context, asked: bool) -> None:
 
 
 for command in (submit, logs, status, cancel, recover, up, down, ssh, doctor, sync_ckpt, storage,
-                image, schema, lab, init, completion, port_forward, tb, cost, replay):  # fmt: skip
+                image, schema, lab, init, completion, port_forward, tb, cost, replay,
+                metrics):  # fmt: skip
     cli.add_command(command)

@@ -200,6 +200,8 @@ def status(as_json: bool, limit: int) -> None:
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
     if any(row.get("recovery") for row in rows):
         columns = (*columns[:-1], "recovery", columns[-1])
+    if any(row.get("metrics") for row in rows):  # the headline figure, before the warning
+        columns = (*columns[:6], "metrics", *columns[6:])
     from launcher.say import shown
 
     click.echo(shown(table(for_table(rows), columns)))

@@ -40,6 +40,7 @@ class JobRow(TypedDict, total=False):
     runtime_s: float
     last_line: str
     warning: str
+    metrics: str
     node_states: list[NodeRow]
     recovery: RecoveryNote
 
@@ -63,31 +64,55 @@ def status_rows(limit: int = 20) -> list[JobRow]:
             state, code, last, statuses = seen.state, seen.exit_code, seen.last_line, seen.nodes
             if statuses is not None:
                 nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
+        here = statuses if statuses is not None else _statuses_here(job)
         refreshed = db.job(job.id) or job
         runtime_s = (refreshed.ended_at or time.time()) - job.created_at
         row: JobRow = {
             "id": job.id, "name": job.name, "state": state, "exit_code": code,
             "nodes": len(job.node_dirs), "provider": job.provider, "runtime": job.runtime,
             "runtime_s": round(runtime_s, 1), "last_line": last or "",
-            "warning": _care_warning(job, statuses), "node_states": nodes,
+            "warning": _care_warning(here), "node_states": nodes,
         }  # fmt: skip
+        shown = metrics_text(here)
+        if shown:
+            row["metrics"] = shown
         if recovery is not None:
             row["recovery"] = recovery
         rows.append(row)
     return rows
 
 
-def _care_warning(job: JobRecord, statuses: list[NodeStatus] | None = None) -> str:
+def metrics_text(statuses: list[NodeStatus] | None) -> str:
+    """Node 0's headline figure as its agent summarised it (agent/metrics.py): `loss 0.8597 ↓
+    @60, 29.5k tok/s, GPU 87%`; empty where nothing was recorded or the agent was not asked."""
+    summary = dict((statuses or [{}])[0].get("metrics") or {})
+    parts = []
+    if summary.get("name") is not None and summary.get("value") is not None:
+        arrow = {"down": "↓", "up": "↑"}.get(str(summary.get("trend")), "→")
+        parts.append(f"{summary['name']} {float(summary['value']):.4g} {arrow}")  # type: ignore[arg-type]
+        if summary.get("step") is not None:
+            parts[-1] += f" @{summary['step']}"
+    if isinstance(summary.get("tokens_per_s"), int | float):
+        rate = float(summary["tokens_per_s"])  # type: ignore[arg-type]
+        parts.append(f"{rate / 1000:.1f}k tok/s" if rate >= 1000 else f"{rate:.0f} tok/s")
+    if summary.get("gpu_util") is not None:
+        parts.append(f"GPU {summary['gpu_util']}%")
+    return ", ".join(parts)
+
+
+def _statuses_here(job: JobRecord) -> list[NodeStatus]:
+    """A job's status files where they are on this machine (a local job that ended: its
+    agents were not asked), else none."""
+    from launcher.targets.base import target_for
+
+    target = target_for(job)
+    return (target.statuses(job) or []) if target.traits.on_this_machine else []
+
+
+def _care_warning(statuses: list[NodeStatus]) -> str:
     """The agent's disk or GPU-idle warning, or the reason it stopped the job (checkpoint
     care, the idle policy), from the statuses just read, else (a local job) from its status
     files. A timed-out job says so in its last line."""
-    if statuses is None:
-        from launcher.targets.base import target_for
-
-        target = target_for(job)
-        if not target.traits.on_this_machine:
-            return ""
-        statuses = target.statuses(job) or []
     for status in statuses:
         text = (
             status.get("stopped_reason")

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from launcher.agent import METRICS_JOB_FILE
 from launcher.errors import UsageError
 from launcher.plan.merge_step import merge_step
 from launcher.plan.model import NodeLayout
@@ -75,6 +76,7 @@ def node_env(node: NodeContext) -> dict[str, str]:
         GPUJOB_NUM_NODES=str(spec.nodes),
         GPUJOB_NUM_GPUS_PER_NODE=gpus,
         GPUJOB_HEAD_IP=node.head,
+        GPUJOB_METRICS=f"{node.node_dir}/{METRICS_JOB_FILE}",
         MASTER_ADDR=node.head,
         MASTER_PORT=str(spec.run.rdzv_port),
         SKYPILOT_NODE_RANK=str(node.rank),

@@ -182,4 +182,6 @@ def agent_config(
         config["max_duration_s"] = spec.max_duration
     if spec.resources.idle_gpu is not None:
         config["idle_gpu"] = spec.resources.idle_gpu.model_dump()
+    if spec.metrics is not None:
+        config["metrics"] = spec.metrics.agent_config()
     return json.dumps(config, indent=2, sort_keys=True) + "\n"

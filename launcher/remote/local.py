@@ -45,7 +45,7 @@ class LocalConnection:
         self, node_dir: str, offset: int, wait_s: float = 0.0, sink: Sink | None = None
     ) -> tuple[bytes, dict[str, Any]]:
         log, deadline = Path(node_dir) / "job.log", time.monotonic() + wait_s
-        while time.monotonic() < deadline and agent._size(log) <= offset:
+        while time.monotonic() < deadline and agent.log_size(log) <= offset:
             if agent.status_of(Path(node_dir)).get("state") in agent.TERMINAL:
                 break
             time.sleep(0.02)

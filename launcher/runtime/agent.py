@@ -31,6 +31,7 @@ class NodeStatus(TypedDict, total=False):
     stopped_reason: str | None
     disk: dict[str, object] | None
     gpu_idle: dict[str, object] | None
+    metrics: dict[str, object]
     supervisor_pid: int | None
     pid: int | None
     container: str | None

@@ -23,6 +23,7 @@ from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
+from launcher.spec.metrics import MetricsSpec
 from launcher.spec.notify import NotifySpec
 from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, S3Remote
@@ -192,6 +193,10 @@ class JobSpec(StrictModel):
     notify: list[NotifySpec] = Field(
         default_factory=list,
         description="Webhooks told of the job's end, besides the user config's.",
+    )
+    metrics: MetricsSpec | None = Field(
+        default=None,
+        description="The job's figures from its log; `$GPUJOB_METRICS` is always read.",
     )
     max_duration: Seconds | None = Field(
         default=None,

@@ -410,3 +410,35 @@ def test_a_detached_job_whose_node_0_fails_has_node_1_stopped_by_its_keeper(
     assert "node 0 failed (exit code 3); stopping node(s) 1" in keeper_log.read_text()
     row = status_of(env, "kept")
     assert (row["state"], row["exit_code"]) == ("failed", 3)
+
+
+METRICS_JOB = """
+import json, os
+with open(os.environ["GPUJOB_METRICS"], "a", buffering=1) as out:
+    for step in range(1, 6):
+        out.write(json.dumps({"step": step, "loss": 1.0 / step}) + "\\n")
+        print(f"eval {step} acc 0.{step}", flush=True)
+"""
+
+
+def test_a_containers_metrics_are_read_from_its_host(
+    tmp_path: Path, env: dict[str, str], docker_lab: DockerLab
+) -> None:
+    """$GPUJOB_METRICS inside the container is the node folder's file on the host (a bind
+    mount at the same path); the agent records it and the log's pattern beside the log, and
+    `gpujob metrics` reads them over SSH."""
+    extra = "metrics:\n  from_log: 'eval (?P<step>\\d+) acc (?P<acc>[0-9.]+)'\n"
+    spec = write_job(tmp_path, METRICS_JOB, extra=extra)
+    run = gpujob(env, "submit", str(spec), "--on", "ta", "--job-id", "lab-metrics")
+    assert run.returncode == 0, run.stderr[-3000:]
+    every = gpujob(env, "metrics", "lab-metrics", "--json")
+    assert every.returncode == 0, every.stderr
+    (node,) = json.loads(every.stdout)["nodes"]
+    assert node["source"] == "host"
+    losses = [(s["step"], s["loss"]) for s in node["steps"] if "loss" in s]
+    accs = [(s["step"], s["acc"]) for s in node["steps"] if "acc" in s]
+    assert losses == [(n, 1.0 / n) for n in range(1, 6)]
+    assert accs == [(n, float(f"0.{n}")) for n in range(1, 6)]
+    # what the agent's `status` answers while the job runs (gpujob status shows it)
+    status = json.loads((docker_lab.node_dir(0, "lab-metrics", 0) / "status.json").read_text())
+    assert status["metrics"] == {"step": 5, "name": "loss", "value": 0.2, "trend": "down"}

@@ -76,6 +76,14 @@ CASES = [
         "known: ${checkpoint_dir}",
     ),
     (
+        "metrics-pattern-not-a-regex",
+        VALID + "metrics:\n  from_log: 'loss (?P<loss>[0-9.]+'\n",
+        [],
+        ":6",
+        "metrics.from_log:",
+        "not a valid regular expression: missing ), unterminated subpattern",
+    ),
+    (
         "image-not-defined",
         "name: t\nimage: no-such-image\nrun:\n  entrypoint: train.py\n",
         [],
