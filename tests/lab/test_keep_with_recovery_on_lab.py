@@ -6,15 +6,14 @@ lab host behind it, the lab's S3 for the checkpoints that recovery needs.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import test_autostop_on_lab as autostop
 import test_keep_on_failure_on_lab as keep
+import test_recovery as recovery
 import test_up_hosts as up_hosts
 from labtools import wait_until
 
@@ -27,25 +26,14 @@ backend, clouds, lab_env, with_hosts_api = (
     up_hosts.env,
     autostop.env,
 )
+bucket, recovery_env = recovery.bucket, recovery.env
 
 
 @pytest.fixture
-def env(with_hosts_api: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The keep test's shell, plus the lab's S3 as remote `lab` and a quick controller."""
-    from infra.lab import s3
-
-    bucket = s3.create_bucket()
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "config.yaml").write_text(json.dumps({"remotes": {"lab": {
-        "provider": "Other", "endpoint": s3.endpoint(), "bucket": bucket,
-        "host_endpoint": s3.endpoint(for_hosts=True),
-        "access_key_env": "GJ_LAB_KEY", "secret_key_env": "GJ_LAB_SECRET"}}}))  # fmt: skip
-    made = {**with_hosts_api, "GPUJOB_CONFIG_DIR": str(config), "GJ_LAB_KEY": s3.ACCESS_KEY,
-            "GJ_LAB_SECRET": s3.SECRET_KEY, "GPUJOB_RECOVER_FOLLOW_PATIENCE_S": "3",
-            "GPUJOB_RECOVER_RETRY_S": "0.5"}  # fmt: skip
-    yield made
-    keep.run(made, "down", "--all")
+def env(recovery_env: dict[str, str], with_hosts_api: dict[str, str]) -> dict[str, str]:
+    """The recovery tests' shell (the lab's S3 as remote `lab`, a quick controller), with
+    where the hosts reach each fake (a kept host's watcher calls it)."""
+    return {**recovery_env, **{k: v for k, v in with_hosts_api.items() if "HOST_API" in k}}
 
 
 def test_a_failure_recovery_does_not_restart_keeps_the_host_for_the_window(
