@@ -114,7 +114,8 @@ def keep_or_terminate(job: JobRecord, state: str, request: dict[str, Any],
         from launcher.targets.cloud.keep import keep_failed
 
         assert window is not None
-        armed = keep_failed(job, window, say, failed_node(job))
+        node = failed_node(job)  # None: a cancel came first (`decide` says so before here)
+        armed = keep_failed(job, window, say, node) if node is not None else []
         if armed:
             rest = [host for host in job.hosts if HostEntry.from_record(host).name not in armed]
             if rest:
