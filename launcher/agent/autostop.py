@@ -54,7 +54,7 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks, write_json
-from autostop_busy import busy
+from autostop_busy import busy, job_since
 from autostop_call import CallFailed, dry_call, end_instance, request_for, url_problem
 
 CONFIG, STATE, PID_FILE, LOCK = "config.json", "state.json", "daemon.pid", "daemon.lock"
@@ -98,8 +98,12 @@ class Watcher:
             out.write(f"{stamp} {text}\n")  # must not end the watch
 
     def until(self) -> float | None:
-        """A kept failed job's hard end (agent/keep.py): past it the host ends, busy or not."""
-        until = self.config.get("until")
+        """A kept failed job's hard end (agent/keep.py): past it the host ends, busy or not;
+        none while a job started since the keep was armed runs (the host reused: that job
+        is not ended under it; the hard end holds again once it is done)."""
+        until, armed = self.config.get("until"), self.config.get("armed_at")
+        if armed is not None and job_since(self.folder.parent / "jobs", float(armed)):
+            return None
         return float(until) if until is not None else None
 
     def publish(self, **extra: Any) -> None:

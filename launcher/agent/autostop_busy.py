@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, read_json, start_ticks
@@ -50,19 +51,33 @@ def hold_busy(folder: Path, now: float | None = None) -> str | None:
     return f"held by {by} until {time.strftime('%H:%M:%S', time.localtime(until))}"
 
 
+def _supervised(status: dict[str, Any]) -> bool:
+    pid = status.get("supervisor_pid")
+    return bool(pid and alive(pid) and status.get("supervisor_start") in (None, start_ticks(pid)))
+
+
 def job_busy(jobs_root: Path, now: float | None = None) -> str | None:
     """The first job node that keeps the host busy, in words, or None."""
     now = time.time() if now is None else now
     for status_path in sorted(jobs_root.glob("*/node-*/status.json")):
         status = read_json(status_path)
         node = f"job {status_path.parent.parent.name} {status_path.parent.name}"
-        pid = status.get("supervisor_pid")
-        if pid and alive(pid) and status.get("supervisor_start") in (None, start_ticks(pid)):
+        if _supervised(status):
             return f"{node} {status.get('state', 'running')}"
         asked = status.get("requested_at") or 0
         if status.get("state") == "starting" and now - asked < START_GRACE_S:
             return f"{node} starting"
     return None
+
+
+def job_since(jobs_root: Path, since: float) -> bool:
+    """A job node started at or after `since` still runs: a kept host reused for a new job
+    (agent/keep.py), which the failed job's hard end does not end."""
+    for status_path in jobs_root.glob("*/node-*/status.json"):
+        status = read_json(status_path)
+        if (status.get("started_at") or 0) >= since and _supervised(status):
+            return True
+    return False
 
 
 def session_busy(procs: list[Proc], own_net: str | None, ignore: str) -> str | None:

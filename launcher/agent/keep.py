@@ -43,8 +43,9 @@ def arm(folder: Path, window_s: float, now: float | None = None) -> dict[str, An
     config = read_json(folder / CONFIG)
     if not config:
         return {"error": f"no autostop config in {folder}: nothing would end this host"}
-    until = (time.time() if now is None else now) + window_s
-    config.update(idle_s=window_s, until=until, kept=True)
+    armed_at = time.time() if now is None else now  # a job started since is a reuse
+    until = armed_at + window_s
+    config.update(idle_s=window_s, until=until, kept=True, armed_at=armed_at)
     write_json(folder / CONFIG, config)
     started = subprocess.run([sys.executable, str(folder / WATCHER), "start", str(folder)],
                              capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -15,6 +15,7 @@ left as it is: its own end stands.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -156,6 +157,8 @@ def status_of(node_dir: Path) -> dict[str, Any]:
             status = read_json(node_dir / STATUS) or record_never_started(node_dir)
     if not status:
         return {"state": "unknown", "reason": f"no {STATUS} in {node_dir}"}
+    with contextlib.suppress(OSError):  # when a cancel asked: before a peer's failure or after
+        status["cancel_asked_at"] = (node_dir / "cancel-requested").stat().st_mtime
     if config.get("slurm"):
         return status  # SLURM knows whether the node lives; its supervisor is not here
     state = status.get("state")

@@ -88,11 +88,27 @@ def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
 
     if db.host(reference) is not None:
         return None
-    job = JobsView().job(reference)  # a look: `down --dry-run` writes nothing
+    from launcher.targets.base import target_for
+
+    view = JobsView()  # a look: `down --dry-run` writes nothing
+    job = view.job(reference)
     if job is None:
         return None
     names = {HostEntry.from_record(record).name for record in job.hosts}
-    return {name for name in names if db.host(name) is not None} or None
+    rented = sorted(name for name in names if db.host(name) is not None)
+    if rented and not target_for(job).traits.rents_hosts:  # `submit --on HOST`: up's host
+        raise UsageError(f"job {job.id} ran on {', '.join(rented)}, which it did not rent "
+                         "(other jobs may use it): `down JOB` takes a job's own hosts only",
+                         f"`gpujob down {rented[0]}` terminates that host, with every job "
+                         "on it")  # fmt: skip
+    for other in view.jobs(limit=200):  # a host the user ran another job on since
+        shared = set(rented) & set(target_for(other).host_names(other))
+        if other.id != job.id and not other.terminal and shared:
+            raise UsageError(f"{min(shared)} also runs job {other.id}, not ended: `down "
+                             f"{job.id}` takes only what job {job.id} alone uses",
+                             f"`gpujob cancel {other.id}` first, or `gpujob down "
+                             f"{min(shared)}` to take the host with it")  # fmt: skip
+    return set(rented) or None
 
 
 def _remove_keys(

@@ -134,7 +134,11 @@ def _keep_if_failed(db: StateDB, job_id: str, window_s: float) -> None:
         from launcher.jobs.keep import failed_node
         from launcher.targets.cloud.keep import keep_failed
 
-        keep_failed(job, window_s, say, failed_node(job))
+        node = failed_node(job)
+        if node is None:  # a node failed for want of one the user had cancelled
+            say(f"job {job.id} was cancelled first: its hosts are not kept for a look")
+            return
+        keep_failed(job, window_s, say, node)
 
 
 def _hosts_stay(db: StateDB, job_id: str, hosts: list[str]) -> None:

@@ -27,6 +27,8 @@ class NodeStatus(TypedDict, total=False):
     last_line: str | None
     started_at: float | None
     ended_at: float | None
+    cancel_asked_at: float
+    """When a cancel asked the node to stop (its marker's time; jobs/keep.py)."""
     requested_at: float
     stopped_reason: str | None
     disk: dict[str, object] | None

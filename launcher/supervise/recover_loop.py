@@ -104,7 +104,7 @@ def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
         elif isinstance(decision, Finished):
             return _finish(job, decision, rdb)
         elif isinstance(decision, Stop):
-            return _stop(job, decision, rdb, record.restarts)
+            return _stop(job, decision, rdb, record.restarts, record.request)
         elif (db.job(job_id) or job).state == JobState.CANCELLED:  # `down` took the hosts meanwhile
             continue
         else:
@@ -131,14 +131,22 @@ def _finish(job: Any, decision: Finished, rdb: RecoveryDB) -> int:
     return 0
 
 
-def _stop(job: Any, decision: Stop, rdb: RecoveryDB, restarts: int) -> int:
-    """For good: every host of the job goes; its checkpoints stay in S3."""
-    from launcher.supervise.recover_steps import terminate_hosts
+def _stop(job: Any, decision: Stop, rdb: RecoveryDB, restarts: int,
+          request: dict[str, Any] | None = None) -> int:  # fmt: skip
+    """For good: every host of the job goes; its checkpoints stay in S3. `request`: the
+    job's hosts are still its own (a failure it does not restart, not a recovery that
+    broke): with --keep-on-failure they stay up for the window instead, as submit's do."""
+    from launcher.supervise.recover_steps import keep_or_terminate, terminate_hosts
 
     with _signals_held():
-        terminate_hosts(job, "recovery stopped")
-        line = (f"recovery stopped: {decision.why}; every host of job {job.id} is terminated, "
-                "its checkpoints stay in S3")  # fmt: skip
+        if request is None:
+            terminate_hosts(job, "recovery stopped")
+        kept = request is not None and keep_or_terminate(job, decision.state, request,
+                                                         "recovery stopped")  # fmt: skip
+        hosts = (f"the hosts of job {job.id} are kept for a look (`gpujob ssh {job.id}`; "
+                 f"`gpujob down {job.id}` ends them)" if kept else
+                 f"every host of job {job.id} is terminated")  # fmt: skip
+        line = f"recovery stopped: {decision.why}; {hosts}, its checkpoints stay in S3"
         StateDB().update_job(job.id, decision.state, exit_code=decision.exit_code,
                              last_line=line)  # fmt: skip
         rdb.update(job.id, phase=STOPPED)

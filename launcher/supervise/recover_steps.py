@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from launcher.clouds.base import Instance
@@ -92,9 +92,12 @@ def terminate_hosts(job: JobRecord, why: str) -> list[str]:
     return target_for(job).release(job, why)
 
 
-def keep_or_terminate(job: JobRecord, state: str, request: dict[str, Any]) -> bool:
+def keep_or_terminate(job: JobRecord, state: str, request: dict[str, Any],
+                      why: str | None = None) -> bool:  # fmt: skip
     """The job's end: a failure with a keep window (the flag's, else the spec's) keeps its
-    hosts up for it (targets/cloud/keep.py), anything else terminates them. True if kept."""
+    hosts up for it (targets/cloud/keep.py), anything else terminates them (`why`, said).
+    A host the keep could not arm (one that does not answer: its watcher may be as gone
+    as its SSH) is terminated as without the window. True if kept."""
     from launcher.jobs.keep import keeps_hosts
     from launcher.spec.keep import keep_window
 
@@ -107,12 +110,19 @@ def keep_or_terminate(job: JobRecord, state: str, request: dict[str, Any]) -> bo
                                  load_requested(request).spec.keep_on_failure)  # fmt: skip
     if keeps_hosts(state, window):
         from launcher.jobs.keep import failed_node
+        from launcher.remote.hosts import HostEntry
         from launcher.targets.cloud.keep import keep_failed
 
         assert window is not None
-        if keep_failed(job, window, say, failed_node(job)):
+        node = failed_node(job)  # None: a cancel came first (`decide` says so before here)
+        armed = keep_failed(job, window, say, node) if node is not None else []
+        if armed:
+            rest = [host for host in job.hosts if HostEntry.from_record(host).name not in armed]
+            if rest:
+                terminate_hosts(replace(job, hosts=rest), f"job {job.id} {state}, not kept: "
+                                "it could not be armed for the window")  # fmt: skip
             return True
-    terminate_hosts(job, f"job {job.id} {state}")
+    terminate_hosts(job, why or f"job {job.id} {state}")
     return False
 
 

@@ -67,16 +67,23 @@ class CostCleared:
 
 
 def rental_bound(
-    start_s: float | None, max_duration_s: float | None, autostop_s: float | None
+    start_s: float | None,
+    max_duration_s: float | None,
+    autostop_s: float | None,
+    keep_s: float | None = None,
 ) -> Bound | None:
     """The longest a rental can bill: its start (the wait for the hosts, after which the
     command ends them, and, should gpujob die before it hands them over, the hold that keeps
     autostop off until then: targets.cloud.autostop.start_bound_s), the job's `max_duration`,
-    then the autostop window, which alone ends hosts that outlive the command; None without it."""
+    then the autostop window, which alone ends hosts that outlive the command, or a longer
+    `--keep-on-failure` window (a failed job's hosts stay that long); None without autostop."""
     if not autostop_s:
         return None
+    tail = (
+        ("keep_on_failure", keep_s) if keep_s and keep_s > autostop_s else ("autostop", autostop_s)
+    )
     parts = [(name, float(seconds)) for name, seconds in
-             (("start", start_s), ("max_duration", max_duration_s), ("autostop", autostop_s))
+             (("start", start_s), ("max_duration", max_duration_s), tail)
              if seconds]  # fmt: skip
     return Bound(tuple(parts))
 

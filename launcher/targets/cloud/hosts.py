@@ -64,6 +64,9 @@ class UpOptions:
     """The job's time limit (`submit --up`): with the autostop window, the rental's bound."""
     autostop_s: float | None = None
     """The autostop window in seconds (`up --autostop`, a spec's resources.autostop)."""
+    keep_s: float | None = None
+    """`--keep-on-failure`: a failed job's hosts bill this long after it (the budget's tail
+    is the longer of it and the autostop window)."""
     autostop_stop: bool = False
     """Autostop stops the host where the cloud can (`--autostop-stop`, `down: false`)."""
     autostop_key_on_host: bool = False
@@ -138,7 +141,7 @@ def offers_for(
         raise UsageError("--count must be at least 1")
     budget = budget_for(options.max_cost)
     bound = rental_bound(start_bound_s(options.timeout), options.max_duration_s,
-                         options.autostop_s)  # fmt: skip
+                         options.autostop_s, options.keep_s)  # fmt: skip
     require_bound(budget, bound)  # before any cloud call
     from launcher.targets.cloud.autostop import announce, check_autostop, check_host_api
 

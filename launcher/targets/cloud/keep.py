@@ -9,11 +9,12 @@ folder gets `kept/README.txt` (its end, core files, py-spy dumps of ranks still 
 A host that cannot be armed keeps the watcher it had: still bounded, said.
 
 A Ctrl-C or a lost connection during any of this leaves at worst the watcher from the
-rent: never a host without an end.
+rent: never a host without an end, and the user is told the hosts stay and how to end them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -94,6 +95,13 @@ def keep_failed(job: JobRecord, window_s: float, say: Callable[[str], None],
             action = (first.get("watcher") or {}).get("action") or "terminate"
             if HostsDB().host(name) is not None:
                 HostsDB().set_autostop(name, window_s, action)
+    except KeyboardInterrupt:  # SIGTERM and SIGHUP too (cli): the hosts stay, said first
+        with contextlib.suppress(OSError):  # a closed terminal
+            say(f"interrupted while keeping job {job.id}'s hosts for a look: they stay up "
+                f"and end themselves (at the {show_duration(window_s)} window's end where it "
+                f"was armed, else by their autostop from the rent); `gpujob down {job.id}` "
+                "ends them now")  # fmt: skip
+        raise
     finally:
         close_all(list(opened.values()))
     if armed:

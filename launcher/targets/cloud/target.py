@@ -128,6 +128,7 @@ class CloudTarget(RemoteHostsTarget):
                             image=ref, disk=request.disk, max_price=request.max_price,
                             max_cost=request.max_cost, max_duration_s=spec.max_duration,
                             autostop_s=autostop.idle_minutes * 60 if autostop else keep,
+                            keep_s=keep,
                             autostop_stop=bool(autostop and not autostop.down),
                             autostop_key_on_host=request.autostop_key_on_host,
                             spot=spec.resources.use_spot, renting="submit --up",
