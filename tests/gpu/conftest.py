@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -16,6 +17,14 @@ def gpu_count() -> int:
 
 
 GPUS = gpu_count()
+
+
+def gpu_name() -> str:
+    """`H100` from `GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)`: the spec names what is here."""
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)
+    found = re.search(r"GPU 0: NVIDIA (\w+)", listed.stdout)
+    assert found, listed.stdout
+    return found.group(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

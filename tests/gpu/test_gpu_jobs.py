@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import gpu_name
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -44,8 +45,8 @@ def test_gpu_profile_trains_in_bf16_on_one_gpu(tmp_path: Path) -> None:
 
 @pytest.mark.gpus(2)
 def test_two_nodes_on_one_machine_form_one_world_across_both_gpus(tmp_path: Path) -> None:
-    code, out = submit(tmp_path, "nodes=2", "run.nproc_per_node=1",
-                       "resources.accelerators=H200:1", "batch.global_batch=16")  # fmt: skip
+    one = f"resources.accelerators={gpu_name()}:1"
+    code, out = submit(tmp_path, "nodes=2", "run.nproc_per_node=1", one, "batch.global_batch=16")
     assert code == 0, out[-2000:]
     assert "[node 0] rank 0/2: ready on cuda:0" in out
     assert "[node 1] rank 1/2: ready on cuda:0" in out  # each node sees its own one GPU

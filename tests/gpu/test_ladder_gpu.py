@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import gpu_name
 from test_gpu_jobs import FAST_ARGS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
@@ -19,14 +20,6 @@ ARGS = [*FAST_ARGS]
 ARGS[ARGS.index("--steps") + 1] = "400"
 LONGER = ["--set", "run.args=[" + ",".join(f'"{arg}"' for arg in ARGS) + "]"]
 """FAST's model, run long enough (--ladder-steps 100) for the agent's GPU samples (every 2 s)."""
-
-
-def gpu_name() -> str:
-    """`H100` from `GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)`: the spec names what is here."""
-    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)
-    found = re.search(r"GPU 0: NVIDIA (\w+)", listed.stdout)
-    assert found, listed.stdout
-    return found.group(1)
 
 
 def test_the_gpu_profile_climbs_from_one_gpu_to_two(tmp_path: Path) -> None:
