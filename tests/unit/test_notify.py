@@ -59,6 +59,32 @@ def test_under_slurm_the_url_is_in_a_0600_file_the_agent_deletes() -> None:
     )
 
 
+def test_cancelling_a_slurm_job_that_never_started_deletes_its_url_file(tmp_path: Path) -> None:
+    """scancel's clean-up (SECRETS_RM, run with sh on the login host) removes every secret
+    file the plan writes for the agent to read at its start, the webhook's URL's included: a
+    queued job cancelled before it ran left notify.json on the cluster's shared disk."""
+    import subprocess
+
+    from launcher.plan.model import WriteFile
+    from launcher.targets.slurm.submit import SECRETS_RM
+
+    cluster = SlurmCluster(name="hpc", login="hpc", shared="/scratch/me", account="proj",
+                           partition="gpu", where="hosts.yaml: hosts[0] (hpc)")  # fmt: skip
+    planned = build_slurm_plan(spec_of(nodes=2), cluster, "t-1", {"TOKEN": "t0ken"}, None,
+                               SOURCES, python="/usr/bin/python3")  # fmt: skip
+    left = []
+    for node in planned.plan.nodes:
+        for step in node.steps:
+            if isinstance(step, WriteFile) and step.secret:
+                path = tmp_path.joinpath(*step.path.split("/")[-2:])
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(step.content)
+                left.append(path)
+    assert {p.name for p in left} >= {"notify.json", "secrets.json"}
+    subprocess.run(["sh", "-c", SECRETS_RM, "sh", str(tmp_path)], check=True)
+    assert [p for p in left if p.exists()] == []
+
+
 @pytest.mark.parametrize(("entry", "said"), [
     ("{webhook_env: SLACK_URL, on: [failed, finished]}",
      "notify.0.on: `finished` is not an event; use succeeded, failed, timed_out, cancelled, "
