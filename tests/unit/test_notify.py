@@ -103,6 +103,25 @@ def test_a_bad_entry_is_one_line_naming_file_line_and_field(
     assert result.stderr.splitlines()[0] == f"gpujob: error: {spec}:5: {said}"
 
 
+@pytest.mark.parametrize(("entry", "said"), [
+    ('"https://hooks.slack.com/services/T0/B0/s3cret"', "notify: Input should be a valid list"),
+    ('["https://hooks.slack.com/services/T0/B0/s3cret"]',
+     "notify.0: Input should be a valid dictionary or instance of NotifySpec"),
+    ('[{webhook_env: SLACK_URL, on: "https://hooks.slack.com/services/T0/B0/s3cret"}]',
+     "notify.0.on: Input should be a valid list"),
+])  # fmt: skip
+def test_a_url_pasted_where_the_spec_wants_a_list_is_never_echoed(
+    gpujob, tmp_path: Path, entry: str, said: str
+) -> None:
+    """The refusal names the file, line and field but not the value: it is the URL."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: t\nimage: host\nrun: {{entrypoint: t.py}}\nnotify: {entry}\n")
+    result = gpujob("submit", str(spec), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == f"gpujob: error: {spec}:4: {said}"
+    assert "s3cret" not in result.stderr + result.stdout
+
+
 def test_the_user_configs_hooks_join_the_specs_and_its_mistakes_name_its_line(
     gpujob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
