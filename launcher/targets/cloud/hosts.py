@@ -169,6 +169,10 @@ def offers_for(
     if cost.max_price is not None:
         cap = min(cost.max_price, request.max_price or cost.max_price)
         request = dataclasses.replace(request, max_price=cap)
+    make = getattr(provider, "make_filesystem", None)  # cleared: a missing one made now
+    made = make() if make is not None and not options.dry_run else None
+    if made:
+        say(made)
     return provider, request, offers, db, cost.share
 
 
