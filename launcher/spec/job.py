@@ -60,7 +60,7 @@ class Resources(StrictModel):
     disk_gb: int = Field(default=50, ge=1, description="Free disk needed on each node.")
     shm_gb: int = Field(default=16, ge=1, description="/dev/shm size of the job container.")
     filesystem: str | None = Field(
-        default=None, min_length=1, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        default=None, min_length=1, max_length=60, pattern=r"^[A-Za-z][A-Za-z0-9-]*$",
         description="`submit --up` on Lambda: this persistent filesystem is attached to each "
         "host (made in the cheapest offer's region if you have none of that name), mounted at "
         "/lambda/nfs/NAME; offers narrow to its region.",
