@@ -193,3 +193,35 @@ def test_a_rented_hosts_price_goes_to_the_agent() -> None:
     assert (
         json.loads(written(plan.nodes[0], "job.json").content)["notify"]["price_per_hour"] == 1.29
     )
+
+
+def test_a_webhook_that_never_answers_does_not_keep_the_others_from_being_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each hook is posted to on its own: the first one's endpoint accepts and never
+    answers (its tries outlast the agent's wait), and the second still gets the job's end."""
+    import socket
+
+    from launcher.agent import notify
+
+    monkeypatch.setattr(notify, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(notify, "WAIT_S", 1.5)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections are taken by the kernel and never answered
+    handler = type("Handler", (Flaky,), {"seen": [], "fail": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = {"DEAD_URL": f"http://127.0.0.1:{silent.getsockname()[1]}/hook",
+            "TEAM_URL": f"http://127.0.0.1:{server.server_port}/hook"}  # fmt: skip
+    config = {"job_id": "j-1", "notify": {"hooks": [{"env": name, "on": ["failed"]}
+                                                    for name in urls]}}  # fmt: skip
+    said: list[str] = []
+    try:
+        notify.notify_end(Path("/nonexistent"), config, urls, {"state": "failed"}, said.append)
+        assert [seen["event"] for seen in handler.seen] == ["failed"]
+        assert said == ["notify: failed to the webhook in $TEAM_URL delivered"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        silent.close()
