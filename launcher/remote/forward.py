@@ -44,8 +44,11 @@ def forward_argv(client: Client, pairs: list[tuple[int, int]]) -> list[str]:
 
 
 def port_taken(port: int) -> bool:
-    """Something here listens on 127.0.0.1:`port` (a bind is refused)."""
+    """Something here listens on 127.0.0.1:`port` (a bind is refused). SO_REUSEADDR, as ssh
+    binds its forwards: the closed connections of a forward just ended (TIME_WAIT, a
+    minute) do not count, only a listener."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as err:
