@@ -24,7 +24,7 @@ CASES = [
         [],
         ":6",
         "resources.filesystem:",
-        "String should match pattern '^[A-Za-z][A-Za-z0-9-]*$'",
+        "String should match pattern '^[A-Za-z][A-Za-z0-9-]{0,59}$'",
     ),
     (
         "unknown-nested-key",
