@@ -109,8 +109,8 @@ class LambdaCloud:
             if create_for is None:
                 raise UsageError(f"lambda: no filesystem named {name!r} (yours: "
                                  f"{', '.join(sorted(by_name)) or 'none'})",
-                                 "add --yes to create it in the region of the cheapest offer "
-                                 "(submit --up creates it)")  # fmt: skip
+                                 "add --yes to create it in the region of the cheapest "
+                                 "offer")  # fmt: skip
             return self._create_filesystem(name, create_for, dry_run)
         try:
             self.filesystem = (name, str(found["region"]["name"]))

@@ -64,8 +64,8 @@ class Resources(StrictModel):
     filesystem: str | None = Field(
         default=None, min_length=1, max_length=60, pattern=FILESYSTEM_NAME,
         description="`submit --up` on Lambda: this persistent filesystem is attached to each "
-        "host (made in the cheapest offer's region if you have none of that name), mounted at "
-        "/lambda/nfs/NAME; offers narrow to its region.",
+        "host (with --yes, made in the cheapest offer's region if you have none of that name), "
+        "mounted at /lambda/nfs/NAME; offers narrow to its region.",
     )  # fmt: skip
     idle_gpu: IdleGpuPolicy | None = None
     autostop: AutostopSpec | None = Field(
