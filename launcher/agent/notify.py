@@ -96,16 +96,24 @@ def post(
 
 def send(hooks: list[Hook], event: str, body: dict[str, str],
          say: Callable[[str], None]) -> threading.Thread | None:  # fmt: skip
-    """Post to every hook that asked for `event`, in a thread; None when none did."""
+    """Post to every hook that asked for `event`, each in a thread of its own (one whose
+    endpoint never answers does not hold up the others), under one thread that waits for
+    them all; None when none asked."""
     wanted = [hook for hook in hooks if event in hook.on]
     if not wanted:
         return None
 
+    def one(hook: Hook) -> None:
+        why = post(hook.url, body)
+        said = f"not delivered: {why}" if why else "delivered"
+        say(f"notify: {event} to the webhook in ${hook.env} {said}")
+
     def run() -> None:
-        for hook in wanted:
-            why = post(hook.url, body)
-            said = f"not delivered: {why}" if why else "delivered"
-            say(f"notify: {event} to the webhook in ${hook.env} {said}")
+        posts = [threading.Thread(target=one, args=(hook,), daemon=True) for hook in wanted]
+        for thread in posts:
+            thread.start()
+        for thread in posts:
+            thread.join()
 
     thread = threading.Thread(target=run, name="gpujob-notify", daemon=True)
     thread.start()

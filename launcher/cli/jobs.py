@@ -54,6 +54,9 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               help="With --up: when the job fails, keep its hosts up this long (30m, 2h) for "
               "a look (`gpujob ssh JOB`), then they end themselves; `gpujob down JOB` ends "
               "them sooner.")  # fmt: skip
+@click.option("--yes", "-y", is_flag=True,
+              help="With --up: create the spec's resources.filesystem (Lambda) if you have "
+              "none of that name; it outlives the hosts and bills.")  # fmt: skip
 @click.option("--recover", is_flag=True,
               help="With --up: restart the job on fresh hosts when a host is lost (the "
               "spec's `recovery:`, or its defaults); needs checkpoints.sync_to.")  # fmt: skip
@@ -125,7 +128,7 @@ def provider_for(gpu: str, provider: str) -> str:
     return chosen
 
 
-WITH_UP = ("provider", "max_price", "disk", "allow_cpu")
+WITH_UP = ("provider", "max_price", "disk", "allow_cpu", "yes")
 """submit's flags that only a rental reads (--max-cost and --autostop-key-on-host are
 refused without --up where they are used)."""
 

@@ -92,6 +92,7 @@ class LambdaCloud:
         # Lambda's images log in as ubuntu; the lab's hosts know only root.
         self.ssh_user = os.environ.get("GPUJOB_LAMBDA_SSH_USER", "ubuntu")
         self.filesystem: tuple[str, str] | None = None  # (name, region)
+        self.filesystem_to_make = False
 
     def use_filesystem(
         self, name: str, create_for: GpuRequest | None = None, dry_run: bool = False
@@ -99,7 +100,8 @@ class LambdaCloud:
         """Attach the persistent filesystem `name` to what `launch` makes. Filesystems are
         regional and attach only at launch (§2.8), so offers narrow to its region. One that
         does not exist is made when `create_for` (the request, `--yes`) says so, in the
-        region of the cheapest offer for it; the line to say is returned."""
+        region of the cheapest offer for it, by `make_filesystem` once the rental is cleared;
+        a dry run's line to say is returned."""
         listed = self._data("GET", "/file-systems", list)
         by_name = {str(fs.get("name")): fs for fs in listed if isinstance(fs, dict)}
         found = by_name.get(name)
@@ -107,8 +109,8 @@ class LambdaCloud:
             if create_for is None:
                 raise UsageError(f"lambda: no filesystem named {name!r} (yours: "
                                  f"{', '.join(sorted(by_name)) or 'none'})",
-                                 "add --yes to create it in the region of the cheapest offer "
-                                 "(submit --up creates it)")  # fmt: skip
+                                 "add --yes to create it in the region of the cheapest "
+                                 "offer")  # fmt: skip
             return self._create_filesystem(name, create_for, dry_run)
         try:
             self.filesystem = (name, str(found["region"]["name"]))
@@ -118,21 +120,30 @@ class LambdaCloud:
             raise shape_error(self.name, "GET /file-systems", "Filesystem {region}") from None
         return None
 
-    def _create_filesystem(self, name: str, request: GpuRequest, dry_run: bool) -> str:
+    def _create_filesystem(self, name: str, request: GpuRequest, dry_run: bool) -> str | None:
         from launcher.clouds.base import no_offers
 
         offers = self.offers(request)
         if not offers:
             raise no_offers(self.name, request)
-        region = offers[0].region
+        region, mount = offers[0].region, f"/lambda/nfs/{name}"
         self.filesystem = (name, region)
-        mount = f"/lambda/nfs/{name}"
+        self.filesystem_to_make = not dry_run  # made by `make_filesystem`, once cleared
         if dry_run:
             return f"dry run: would create the Lambda filesystem {name} in {region} ({mount})"
+        return None
+
+    def make_filesystem(self) -> str | None:
+        """The filesystem `use_filesystem` chose a region for, made: called once the rental
+        cleared every other check (the budget's), so a refused rental makes none."""
+        if self.filesystem is None or not self.filesystem_to_make:
+            return None
+        name, region = self.filesystem
         self._data("POST", "/filesystems", dict, json={"name": name, "region": region})
+        self.filesystem_to_make = False
         return (
-            f"created the Lambda filesystem {name} in {region}, mounted at {mount} on "
-            "each host; it outlives them and bills per GB-month until you delete it"
+            f"created the Lambda filesystem {name} in {region}, mounted at /lambda/nfs/{name} "
+            "on each host; it outlives them and bills per GB-month until you delete it"
         )
 
     def _data(self, method: str, path: str, expected: type, **kwargs: Any) -> Any:

@@ -27,7 +27,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     clouds and the db, changes neither, and prints what it would do, in order."""
     from launcher.clouds.registry import configured, get_provider
     from launcher.jobs.cancel import cancel_first
-    from launcher.targets.cloud.reconcile import named, not_ours
+    from launcher.targets.cloud.reconcile import ENDING, named, not_ours
 
     if bool(reference) == everything:
         raise UsageError("name one HOST or pass --all", "see `gpujob down --help`")
@@ -40,13 +40,15 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     targets: list[tuple[Provider, Instance]] = []
     providers: dict[str, Provider] = {}
     for cloud in clouds:
-        provider = providers[cloud] = get_provider(cloud)
+        provider = get_provider(cloud)
         found = reconciled(provider, db, dry_run, foreign=everything)
         mine = [i for i in found.ours if everything or _is(i, str(reference), of_job)]
         theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
         if theirs and not force:
             raise not_ours(theirs[0])
         targets += [(provider, inst) for inst in mine + theirs]
+        if not [i for i in found.ours if i not in mine and i.status not in ENDING]:
+            providers[cloud] = provider  # no instance of ours left running there after this
     if not targets:
         if reference:
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
@@ -116,8 +118,9 @@ def _remove_keys(
     going: Sequence[tuple[Provider, Instance]] = (),
 ) -> None:  # fmt: skip
     """The account SSH keys gpujob registered, removed from each cloud where no host of ours
-    is left (a dry run: where none would be, `going` gone); a failure is said, and `down`
-    goes on."""
+    is left (a dry run: where none would be, `going` gone): `providers` holds only the clouds
+    whose list shows none of ours staying, and the db's rows (a launch not listed yet) are
+    asked too; a failure is said, and `down` goes on."""
     names = {inst.name for _, inst in going}
     for cloud, provider in providers.items():
         if any(r.name not in names for r in db.hosts(cloud)):

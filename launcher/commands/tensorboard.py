@@ -47,7 +47,10 @@ def tensorboard(reference: str, logdir: str | None, port: int | None, show: Show
         raise GpujobError(f"TensorBoard did not start on job {job.id}'s node 0: {said[-300:]}",
                           f"its log: {node.node_dir}/tensorboard.log on the host")  # fmt: skip
     started = "started" if answer.get("started") else "already running"
-    say(f"TensorBoard {started} on job {job.id}'s node 0 over {folder} (port {answer['port']})")
+    serves = str(answer.get("logdir") or folder)  # the one running may serve another folder
+    other = "" if serves == folder else f", not {folder}: one per job, until the job ends"
+    say(f"TensorBoard {started} on job {job.id}'s node 0 over {serves} (port {answer['port']})"
+        f"{other}")  # fmt: skip
     remote = int(str(answer["port"]))
     local = port if port is not None else free_local_port(DEFAULT_LOCAL)
     return forward_job(job, target, [(remote, local)], 0, show)

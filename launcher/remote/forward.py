@@ -13,6 +13,7 @@ import errno
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from launcher.errors import GpujobError, UsageError
 from launcher.remote.openssh import Client, StderrTee
 
 READY_S = 30.0
+PR_SET_PDEATHSIG = 1
 
 
 class Stopped(KeyboardInterrupt):
@@ -44,8 +46,11 @@ def forward_argv(client: Client, pairs: list[tuple[int, int]]) -> list[str]:
 
 
 def port_taken(port: int) -> bool:
-    """Something here listens on 127.0.0.1:`port` (a bind is refused)."""
+    """Something here listens on 127.0.0.1:`port` (a bind is refused). SO_REUSEADDR, as ssh
+    binds its forwards: the closed connections of a forward just ended (TIME_WAIT, a
+    minute) do not count, only a listener."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as err:
@@ -73,7 +78,8 @@ def forward(client: Client, pairs: list[tuple[int, int]], ready: Callable[[], No
                              f"forward to another: {remote}:LOCAL")  # fmt: skip
     with _stop_on_signals():
         proc = subprocess.Popen(forward_argv(client, pairs), stdin=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=_ends_with_this())  # fmt: skip
         assert proc.stderr is not None
         said = StderrTee(proc.stderr)  # "open failed: connect failed" shown: nothing listens
         try:
@@ -88,6 +94,22 @@ def forward(client: Client, pairs: list[tuple[int, int]], ready: Callable[[], No
                 proc.wait()
     raise GpujobError(f"{client.endpoint.where}: the forward ended: {_last(said) or 'no reason'}",
                       "run it again when the host answers")  # fmt: skip
+
+
+def _ends_with_this() -> Callable[[], None] | None:
+    """What the forward's ssh runs before it starts (Linux): the kernel sends it SIGTERM
+    when this command dies, SIGKILL included, when no handler of ours runs. An ssh left
+    behind kept the port open, and the host's, for as long as it ran."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: not after the fork
+
+    def ask() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return ask
 
 
 def _last(said: StderrTee) -> str:

@@ -33,6 +33,8 @@ from launcher.spec.web import Ports, TensorBoardSpec
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
 CLASHING_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+FILESYSTEM_NAME = r"^[A-Za-z][A-Za-z0-9-]{0,59}$"
+"""A Lambda filesystem's name as its API takes it (OpenAPI 1.10 FilesystemCreateRequest)."""
 MAX_NODES = 1024
 """The most nodes one job may ask for (stated in `gpujob schema`): a plan is linear in the
 node count, but a typo (`nodes: 100000`) should be a line, not a minute of planning."""
@@ -63,10 +65,10 @@ class Resources(StrictModel):
     disk_gb: int = Field(default=50, ge=1, description="Free disk needed on each node.")
     shm_gb: int = Field(default=16, ge=1, description="/dev/shm size of the job container.")
     filesystem: str | None = Field(
-        default=None, min_length=1, max_length=60, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        default=None, min_length=1, max_length=60, pattern=FILESYSTEM_NAME,
         description="`submit --up` on Lambda: this persistent filesystem is attached to each "
-        "host (made in the cheapest offer's region if you have none of that name), mounted at "
-        "/lambda/nfs/NAME; offers narrow to its region.",
+        "host (with --yes, made in the cheapest offer's region if you have none of that name), "
+        "mounted at /lambda/nfs/NAME; offers narrow to its region.",
     )  # fmt: skip
     idle_gpu: IdleGpuPolicy | None = None
     autostop: AutostopSpec | None = Field(

@@ -247,6 +247,8 @@ def _explain_one(error: Any, origins: dict[Path_, str], filename: str) -> str:
         return f"{where}: {field_name}: required field is missing; add `{loc[-1]}:` to the spec"
     got = error.get("input")
     shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
+    if loc[:1] == ("notify",):  # a value there may be a webhook's URL pasted in: a secret
+        shown = ""
     return f"{where}: {field_name}: {message}{shown}"
 
 

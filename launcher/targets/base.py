@@ -91,6 +91,8 @@ class LaunchRequest:
     """`--secret K[=V]`: names only; the values are in this process's environment."""
     keep_on_failure: str | None = None
     """`--keep-on-failure 30m`: a failed job's rented hosts stay up this long (spec/keep.py)."""
+    yes: bool = False
+    """`--yes` with --up: a `resources.filesystem` you do not have is created (Lambda)."""
 
 
 @dataclass(frozen=True)

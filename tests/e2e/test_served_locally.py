@@ -5,6 +5,7 @@ job, said by `submit` and `status`, given by `port-forward` as the URL it alread
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -74,3 +75,48 @@ def test_a_local_tasks_ports_are_recorded_and_said(tmp_path: Path) -> None:
     finally:
         assert gpujob(env, "cancel", "web-1", "--grace", "2").returncode == 0
     assert "serves" not in gpujob(env, "status").stdout  # an ended job's ports are not shown
+
+
+def test_tb_says_which_folder_the_running_tensorboard_serves(tmp_path: Path) -> None:
+    """A second `tb` with another --logdir finds the first one's TensorBoard running: it says
+    the folder that one serves, not the one asked for; the job's end stops it. A stand-in
+    `tensorboard` (an http.server over --logdir) is on the job's PATH."""
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    bin_dir, work = tmp_path / "bin", tmp_path / "w"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "tensorboard"
+    stand_in.write_text('#!/bin/sh\nexec python3 -m http.server "$6" --bind 127.0.0.1 '
+                        '--directory "$2"\n')  # fmt: skip
+    stand_in.chmod(0o755)
+    for name in ("a", "b"):
+        (work / name).mkdir(parents=True)
+        (work / name / "index.html").write_text(f"run {name}\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: tb\nimage: host\nworkdir: w\nenvs: {{PATH: '{bin_dir}:/usr/bin:/bin'}}"
+                    "\nrun: {shell: 'sleep 300'}\n")  # fmt: skip
+    started = gpujob(env, "submit", str(spec), "--detach", "--job-id", "tb-1", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    try:
+        first = gpujob(env, "tb", "tb-1", "--logdir", "a")
+        assert first.returncode == 0, first.stderr
+        port = re.search(r"over a \(port (\d+)\)", first.stderr)
+        assert port, first.stderr
+        assert get(f"http://127.0.0.1:{port[1]}/") == b"run a\n"
+        second = gpujob(env, "tb", "tb-1", "--logdir", "b")
+        assert second.returncode == 0, second.stderr
+        assert (f"TensorBoard already running on job tb-1's node 0 over a (port {port[1]}), "
+                "not b: one per job, until the job ends") in second.stderr  # fmt: skip
+    finally:
+        assert gpujob(env, "cancel", "tb-1", "--grace", "2").returncode == 0
+    deadline = time.monotonic() + 30
+    while get_or_none(f"http://127.0.0.1:{port[1]}/") is not None:
+        assert time.monotonic() < deadline, "TensorBoard still answers after the job's end"
+        time.sleep(0.5)
+
+
+def get_or_none(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bytes(answer.read())
+    except OSError:
+        return None

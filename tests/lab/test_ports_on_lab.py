@@ -82,6 +82,12 @@ def test_a_tasks_port_is_forwarded_here_and_closed_with_the_command(
         assert get(f"http://127.0.0.1:{port}/") == b"served from the lab host\n"
         assert stop(proc, signal.SIGTERM) == 143
         assert not listening(port)
+
+        # SIGKILL runs no handler: the forward's ssh ends with the command all the same (an
+        # ssh left behind kept the port open)
+        proc, said = start_forward(env, tmp_path, "port-forward", "web-lab", f"{port}:{local}")
+        assert stop(proc, signal.SIGKILL) == -signal.SIGKILL
+        wait_until(lambda: not listening(local), "the forward's end after a SIGKILL", timeout=10)
     finally:
         assert gpujob(env, "cancel", "web-lab", "--grace", "2", cwd=tmp_path).returncode == 0
 

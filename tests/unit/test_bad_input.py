@@ -18,6 +18,14 @@ CASES = [
     ("missing-run", "name: t\nimage: host\n", [], ":1", "run:", "add `run:` to the spec"),
     ("wrong-type", VALID + "nodes: two\n", [], ":5", "nodes:", "valid integer"),
     ("unknown-key", VALID + "nodse: 2\n", [], ":5", "nodse:", "did you mean `nodes`?"),
+    (  # Lambda's name rule (OpenAPI 1.10 FilesystemCreateRequest): refused here, not by its 400
+        "filesystem-name",
+        VALID + "resources:\n  filesystem: my_ckpts\n",
+        [],
+        ":6",
+        "resources.filesystem:",
+        "String should match pattern '^[A-Za-z][A-Za-z0-9-]{0,59}$'",
+    ),
     (
         "unknown-nested-key",
         "name: t\nimage: host\nrun:\n  entrypiont: train.py\n",

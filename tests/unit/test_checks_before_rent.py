@@ -129,7 +129,11 @@ def test_the_specs_filesystem_is_made_in_the_offers_region_and_named_at_launch(
     lam.control.fault(op="launch", status=400, code="global/invalid-parameters",
                       message="stopped here by the test")  # fmt: skip
     spec = job(tmp_path, "resources: {filesystem: ckpts}\n")
-    result = gpujob("submit", str(spec), "--up", "a100", "--provider", "lambda", "--allow-cpu")
+    asked = gpujob("submit", str(spec), "--up", "a100", "--provider", "lambda", "--allow-cpu")
+    refused(asked, 2, "lambda: no filesystem named 'ckpts' (yours: none)", "add --yes to create")
+    assert calls(lam, "create_filesystem") == calls(lam, "launch") == []
+    result = gpujob("submit", str(spec), "--up", "a100", "--provider", "lambda", "--allow-cpu",
+                    "--yes")  # fmt: skip
     refused(result, 1, "stopped here by the test")
     (made,) = calls(lam, "create_filesystem")
     (launch,) = calls(lam, "launch")

@@ -59,6 +59,32 @@ def test_under_slurm_the_url_is_in_a_0600_file_the_agent_deletes() -> None:
     )
 
 
+def test_cancelling_a_slurm_job_that_never_started_deletes_its_url_file(tmp_path: Path) -> None:
+    """scancel's clean-up (SECRETS_RM, run with sh on the login host) removes every secret
+    file the plan writes for the agent to read at its start, the webhook's URL's included: a
+    queued job cancelled before it ran left notify.json on the cluster's shared disk."""
+    import subprocess
+
+    from launcher.plan.model import WriteFile
+    from launcher.targets.slurm.submit import SECRETS_RM
+
+    cluster = SlurmCluster(name="hpc", login="hpc", shared="/scratch/me", account="proj",
+                           partition="gpu", where="hosts.yaml: hosts[0] (hpc)")  # fmt: skip
+    planned = build_slurm_plan(spec_of(nodes=2), cluster, "t-1", {"TOKEN": "t0ken"}, None,
+                               SOURCES, python="/usr/bin/python3")  # fmt: skip
+    left = []
+    for node in planned.plan.nodes:
+        for step in node.steps:
+            if isinstance(step, WriteFile) and step.secret:
+                path = tmp_path.joinpath(*step.path.split("/")[-2:])
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(step.content)
+                left.append(path)
+    assert {p.name for p in left} >= {"notify.json", "secrets.json"}
+    subprocess.run(["sh", "-c", SECRETS_RM, "sh", str(tmp_path)], check=True)
+    assert [p for p in left if p.exists()] == []
+
+
 @pytest.mark.parametrize(("entry", "said"), [
     ("{webhook_env: SLACK_URL, on: [failed, finished]}",
      "notify.0.on: `finished` is not an event; use succeeded, failed, timed_out, cancelled, "
@@ -75,6 +101,25 @@ def test_a_bad_entry_is_one_line_naming_file_line_and_field(
     result = gpujob("submit", str(spec), "--dry-run")
     assert result.exit_code == 2
     assert result.stderr.splitlines()[0] == f"gpujob: error: {spec}:5: {said}"
+
+
+@pytest.mark.parametrize(("entry", "said"), [
+    ('"https://hooks.slack.com/services/T0/B0/s3cret"', "notify: Input should be a valid list"),
+    ('["https://hooks.slack.com/services/T0/B0/s3cret"]',
+     "notify.0: Input should be a valid dictionary or instance of NotifySpec"),
+    ('[{webhook_env: SLACK_URL, on: "https://hooks.slack.com/services/T0/B0/s3cret"}]',
+     "notify.0.on: Input should be a valid list"),
+])  # fmt: skip
+def test_a_url_pasted_where_the_spec_wants_a_list_is_never_echoed(
+    gpujob, tmp_path: Path, entry: str, said: str
+) -> None:
+    """The refusal names the file, line and field but not the value: it is the URL."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: t\nimage: host\nrun: {{entrypoint: t.py}}\nnotify: {entry}\n")
+    result = gpujob("submit", str(spec), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == f"gpujob: error: {spec}:4: {said}"
+    assert "s3cret" not in result.stderr + result.stdout
 
 
 def test_the_user_configs_hooks_join_the_specs_and_its_mistakes_name_its_line(
@@ -148,3 +193,35 @@ def test_a_rented_hosts_price_goes_to_the_agent() -> None:
     assert (
         json.loads(written(plan.nodes[0], "job.json").content)["notify"]["price_per_hour"] == 1.29
     )
+
+
+def test_a_webhook_that_never_answers_does_not_keep_the_others_from_being_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each hook is posted to on its own: the first one's endpoint accepts and never
+    answers (its tries outlast the agent's wait), and the second still gets the job's end."""
+    import socket
+
+    from launcher.agent import notify
+
+    monkeypatch.setattr(notify, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(notify, "WAIT_S", 1.5)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections are taken by the kernel and never answered
+    handler = type("Handler", (Flaky,), {"seen": [], "fail": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = {"DEAD_URL": f"http://127.0.0.1:{silent.getsockname()[1]}/hook",
+            "TEAM_URL": f"http://127.0.0.1:{server.server_port}/hook"}  # fmt: skip
+    config = {"job_id": "j-1", "notify": {"hooks": [{"env": name, "on": ["failed"]}
+                                                    for name in urls]}}  # fmt: skip
+    said: list[str] = []
+    try:
+        notify.notify_end(Path("/nonexistent"), config, urls, {"state": "failed"}, said.append)
+        assert [seen["event"] for seen in handler.seen] == ["failed"]
+        assert said == ["notify: failed to the webhook in $TEAM_URL delivered"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        silent.close()

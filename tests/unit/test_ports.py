@@ -127,3 +127,24 @@ def test_a_clusters_compute_node_is_one_line_before_any_host_is_contacted(
         "gpujob does not forward a compute node's port yet. forward through the login host "
         "yourself: ssh -L LOCAL:NODE:PORT LOGIN"
     ]
+
+
+def test_a_port_whose_last_forward_just_ended_is_free_again() -> None:
+    """A forward's closed connections stay in TIME_WAIT for a minute; `port-forward` run
+    again on the same LOCAL port was refused as taken though nothing listened there."""
+    import socket
+
+    from launcher.remote.forward import port_taken
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ssh binds a forward
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    assert port_taken(port)
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the forward's side closes first: its socket waits in TIME_WAIT
+    client.close()
+    server.close()
+    assert not port_taken(port)

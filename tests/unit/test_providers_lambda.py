@@ -292,3 +292,27 @@ def test_a_filesystem_is_created_with_yes_in_the_cheapest_offers_region(
         "/lambda/nfs/fresh" in result.stderr
     )
     assert gpujob("down", "--all").exit_code == 0
+
+
+def test_a_rental_the_budget_refuses_creates_no_filesystem(
+    env: RunningFake, gpujob: Callable
+) -> None:
+    """The filesystem is made only once nothing else refuses the rental: a budget that no
+    offer fits used to find the refusal after the POST, leaving a filesystem and no host."""
+    result = gpujob("up", "a100", "--yes", "--filesystem", "fresh", "--autostop", "30m",
+                    "--autostop-key-on-host", "--max-cost", "0.01")  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    assert "--max-cost $0.01: " in result.stderr
+    assert calls(env, "create_filesystem") == []
+
+
+def test_a_filesystem_name_lambda_would_refuse_is_refused_before_any_call(
+    env: RunningFake, gpujob: Callable
+) -> None:
+    result = gpujob("up", "a100", "--yes", "--no-bootstrap", "--filesystem", "my_ckpts")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "gpujob: error: --filesystem my_ckpts: not a Lambda filesystem name. a letter first, "
+        "then letters, digits and -; 60 at most"
+    ]
+    assert calls(env, "create_filesystem") == calls(env, "launch") == []

@@ -74,3 +74,29 @@ def test_parallel_launches_register_the_key_once(vast: RunningFake) -> None:
         list(pool.map(lambda _: provider.ensure_ssh_key(PUBLIC_KEY), range(5)))
     assert len(calls(vast, "add_ssh_key")) == 1
     assert len(account_keys(vast)) == 1
+
+
+def test_down_keeps_the_key_while_an_instance_of_ours_still_runs_there(
+    vast: RunningFake, gpujob: Callable
+) -> None:
+    """The cloud's list is the truth: another instance of ours left running keeps the key,
+    whether the hosts db has its row or not (a row closed while Vast's list lagged)."""
+    import sqlite3
+
+    from launcher.paths import state_dir
+
+    for gpu in GPUS[:3]:
+        assert gpujob("up", gpu, "--provider", "vast", "--yes", "--no-bootstrap").exit_code == 0
+    first, second, third = sorted(vast_instances(vast), key=lambda i: int(i["id"]))
+    with sqlite3.connect(state_dir() / "state.db") as db:  # its row gone, its instance not
+        db.execute("DELETE FROM hosts WHERE instance_id = ?", (str(third["id"]),))
+    down = gpujob("down", str(first["id"]))
+    assert down.exit_code == 0, down.stderr
+    assert calls(vast, "delete_ssh_key") == [] and len(account_keys(vast)) == 1
+    dry = gpujob("down", str(second["id"]), "--dry-run")
+    assert "SSH key" not in dry.stdout + dry.stderr
+    down = gpujob("down", str(second["id"]))
+    assert down.exit_code == 0, down.stderr
+    assert calls(vast, "delete_ssh_key") == [] and len(account_keys(vast)) == 1
+    assert gpujob("down", "--all").exit_code == 0
+    assert account_keys(vast) == [] and vast_instances(vast) == []

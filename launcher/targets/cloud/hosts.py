@@ -146,6 +146,7 @@ def offers_for(
     from launcher.targets.cloud.autostop import announce, check_autostop, check_host_api
 
     check_autostop(options)  # before any cloud call too
+    _check_filesystem_name(options.filesystem)
     from launcher.clouds.registry import get_provider
 
     provider = get_provider(options.provider)
@@ -172,7 +173,22 @@ def offers_for(
     if cost.max_price is not None:
         cap = min(cost.max_price, request.max_price or cost.max_price)
         request = dataclasses.replace(request, max_price=cap)
+    make = getattr(provider, "make_filesystem", None)  # cleared: a missing one made now
+    made = make() if make is not None and not options.dry_run else None
+    if made:
+        say(made)
     return provider, request, offers, db, cost.share
+
+
+def _check_filesystem_name(name: str | None) -> None:
+    """`--filesystem` as Lambda takes a name (the spec's field is checked as it loads)."""
+    import re
+
+    from launcher.spec.job import FILESYSTEM_NAME
+
+    if name is not None and not re.match(FILESYSTEM_NAME, name):
+        raise UsageError(f"--filesystem {name}: not a Lambda filesystem name",
+                         "a letter first, then letters, digits and -; 60 at most")  # fmt: skip
 
 
 def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,

@@ -124,7 +124,8 @@ class CloudTarget(RemoteHostsTarget):
         keep = keep_window(request.keep_on_failure, spec.keep_on_failure)  # its end, from rent
         ref = image_reference(spec.image, job.image)
         options = UpOptions(gpu=request.up or "", provider=self.kind, count=spec.nodes,
-                            yes=True, dry_run=request.dry_run, allow_cpu=request.allow_cpu,
+                            yes=request.yes, dry_run=request.dry_run,
+                            allow_cpu=request.allow_cpu,
                             image=ref, disk=request.disk, max_price=request.max_price,
                             max_cost=request.max_cost, max_duration_s=spec.max_duration,
                             autostop_s=autostop.idle_minutes * 60 if autostop else keep,

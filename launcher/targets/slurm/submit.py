@@ -403,5 +403,9 @@ def slurm_cancel(job: JobRecord, grace_s: float, login: Connection) -> str:
             f"grace {grace} s, at most SLURM's KillWait)")  # fmt: skip
 
 
-SECRETS_RM = 'rm -f -- "$1"/node-*/secrets.json "$1"/node-*/secrets.env "$1"/node-*/storage.json'
-"""What a node's agent deletes once its job started: left only by nodes that never did."""
+SECRETS_RM = (
+    'rm -f -- "$1"/node-*/secrets.json "$1"/node-*/secrets.env '
+    '"$1"/node-*/storage.json "$1"/node-*/notify.json'
+)
+"""What a node's agent deletes once its job started: left only by nodes that never did
+(notify.json: the webhooks' URLs, node 0's)."""
