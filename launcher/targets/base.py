@@ -77,6 +77,9 @@ class LaunchRequest:
     """A recovery's restart number (supervise/recover_loop.py): the job's record is reused."""
     resume_from: str | None = None
     """The checkpoint a recovery pulls onto the new head (GPUJOB_RESUME_FROM)."""
+    keep_hosts: tuple[str, ...] = ()
+    """A recovery that replaces only lost nodes: each rank's host record to keep, "" for a
+    rank whose host is rented again (plan/replace.py); empty: every node is rented."""
     resume_path: str | None = None
     """`--resume-from REMOTE:prefix/run[/checkpoint-N]`: a checkpoint of another run (or of
     a flat prefix) the job starts from, pulled onto node 0's host (storage/resume.py)."""
