@@ -409,7 +409,9 @@ def test_only_the_lost_node_is_rented_again_and_the_two_nodes_resume_together(
     launched = len(launches(fake))
     lose(fake, "lambda", "terminate", before[lost]["instance"].split(":", 1)[1])
 
-    assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
+    assert submit.finish() == 0, (
+        submit.text() + controller_log(env, job_id) + why_it_failed(env, job_id)
+    )
     err = bytes(submit.err).decode()
     name, kept = before[lost]["name"], 1 - lost
     assert re.search(rf"recovering \(attempt 2, restart 1/2, host_lost: {name} .*from step 10\)",
@@ -444,7 +446,9 @@ def test_a_failed_replacement_is_terminated_and_every_node_is_rented_again(
     fake.control.fault("drop", op="launch", handle_first=True)
     lose(fake, "lambda", "terminate", before[1]["instance"].split(":", 1)[1])
 
-    assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
+    assert submit.finish() == 0, (
+        submit.text() + controller_log(env, job_id) + why_it_failed(env, job_id)
+    )
     log = controller_log(env, job_id)
     assert "replacing only node 1" in log and "renting every node again" in log, log
     assert re.search(r"terminated gpujob-\S+ \(lambda \w+\) after the failed submit --up", log), log
@@ -453,6 +457,19 @@ def test_a_failed_replacement_is_terminated_and_every_node_is_rented_again(
     assert after[0]["instance"] != before[0]["instance"]
     check_resumed(bytes(submit.out), STEPS, 10)
     assert live(fake, "lambda") == []
+
+
+def why_it_failed(env: dict[str, str], job_id: str) -> str:
+    """The lines of the job's shipped logs (S3) that say why a rank ended, for a failure's
+    message: the follow's own output keeps only its end."""
+    shown = []
+    for node in ("0", "1"):
+        done = subprocess.run([GPUJOB, "logs", job_id, "--node", node], env=env,
+                              capture_output=True, timeout=120)  # fmt: skip
+        text = done.stdout.decode(errors="replace")
+        shown += [f"node {node}: {line}" for line in text.splitlines()
+                  if re.search(r"cannot resume|Error|resumed|warning|refused", line)]  # fmt: skip
+    return "\n--- why (shipped logs) ---\n" + "\n".join(shown[-40:])
 
 
 def launches(fake: RunningFake) -> list[dict[str, Any]]:
