@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 
 WHOLE_ENV = "GPUJOB_RECOVER_WHOLE"
 """Set to 1: every recovery rents all nodes again (the anchors' way; the benchmark's baseline)."""
-STOP_GRACE_S = 10.0
-"""The kept nodes' job gets this long after SIGTERM (it has lost a peer: it is not saving)."""
+STOP_GRACE_S = 3.0
+"""The kept nodes' job gets this long after SIGTERM before SIGKILL: it has lost a peer, so its
+ranks sit in a collective that never returns (a Python SIGTERM handler cannot run there)
+and no save of theirs could complete; a longer grace only delays the restart."""
 SUPERVISOR_END_S = 60.0
 """How long a kept node's supervisor may take to ship its last files before they are set aside."""
 
