@@ -106,6 +106,9 @@ def destroy_host(name: str) -> None:
         address = lab["hosts"].get(name, {}).get("address")
         if address:  # forget its MAC: the next host with this address has another
             state.run(["ip", "neigh", "flush", "to", address], check=False)
+            for other in lab["hosts"]:  # the other hosts too (a kept peer of a recovered job)
+                if other != name and network.netns_exists(other):
+                    state.run(["ip", "-n", other, "neigh", "flush", "to", address], check=False)
         boot.remove_cgroups(name)
         shutil.rmtree(boot.host_dir(name), ignore_errors=True)
         lab["hosts"].pop(name, None)

@@ -23,8 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.errors import GpujobError
 from launcher.jobs.state import JobState
-from launcher.plan.recovery import Finished, Policy, Recover, Stop, Unreachable, Watch, decide
+from launcher.plan.recovery import (
+    Finished,
+    NodeSeen,
+    Policy,
+    Recover,
+    Stop,
+    Unreachable,
+    Watch,
+    decide,
+)
 from launcher.plan.recovery import rent_delay_s as next_delay
+from launcher.plan.replace import Replacement
 from launcher.say import say
 from launcher.state.db import StateDB
 from launcher.state.recovery import FINISHED, RECOVERING, STOPPED, WATCHING, RecoveryDB
@@ -95,7 +105,8 @@ def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
         if job.state == JobState.CANCELLED:  # `gpujob cancel` or `down`: the user's word
             return _finish(job, Finished(JobState.CANCELLED, job.exit_code or 1), rdb)
         now = time.monotonic()
-        decision = decide(policy, record.restarts, observe(job, unreachable, now), now)
+        seen = observe(job, unreachable, now)
+        decision = decide(policy, record.restarts, seen, now)
         if isinstance(decision, Watch):
             if decision.note and decision.note != said:
                 say(decision.note)
@@ -108,7 +119,8 @@ def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
         elif (db.job(job_id) or job).state == JobState.CANCELLED:  # `down` took the hosts meanwhile
             continue
         else:
-            stopped = _recover(job, decision, policy, rdb, record.restarts + 1, record.request)
+            stopped = _recover(job, decision, policy, rdb, record.restarts + 1, record.request,
+                               seen)  # fmt: skip
             if stopped is not None:
                 return stopped
             unreachable, said = Unreachable(), ""
@@ -156,16 +168,20 @@ def _stop(job: Any, decision: Stop, rdb: RecoveryDB, restarts: int,
 
 
 def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, restart: int,
-             request: dict[str, Any]) -> int | None:  # fmt: skip
-    """Terminate, find the checkpoint, rent and start again; None once the job runs again,
-    else the controller's exit code (it stopped)."""
-    from launcher.supervise.recover_notify import spent_so_far, tell_recovered
+             request: dict[str, Any], seen: list[NodeSeen]) -> int | None:  # fmt: skip
+    """Terminate (the lost hosts only, where others can be kept: recover_partial.py), find
+    the checkpoint, rent and start again; None once the job runs again, else the
+    controller's exit code (it stopped)."""
+    from launcher.supervise.recover_notify import spent_so_far
+    from launcher.supervise.recover_partial import replacement_for
     from launcher.supervise.recover_steps import latest_checkpoint, terminate_hosts
 
     lost_at, spent = time.monotonic(), spent_so_far(job.id)
     rdb.update(job.id, phase=RECOVERING)
+    why = f"{decision.why} on node {decision.rank}: restarting the job"
+    plan = replacement_for(job, decision, seen)
     with _signals_held():
-        terminate_hosts(job, f"{decision.why} on node {decision.rank}: restarting the job")
+        plan = _stop_for(job, plan, why)
     try:
         checkpoint = latest_checkpoint(request, job.id)
     except GpujobError as error:
@@ -175,6 +191,11 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
     StateDB().update_job(job.id, JobState.RECOVERING, last_line=line)
     rdb.say(job.id, restart - 1, line)
     say(line)
+    if plan.partial and not _replace_lost(job, plan, request, restart, checkpoint, rdb):
+        with _signals_held():
+            terminate_hosts(StateDB().job(job.id) or job, "renting every node again")
+    elif plan.partial:
+        return _running_again(job.id, rdb, restart, lost_at, (request, line, spent))
     tries = 0
     while True:
         tries += 1
@@ -194,14 +215,63 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
             rdb.say(job.id, restart - 1, retry, headline=False)
             say(retry)
             time.sleep(delay)
-    if _cancelled_meanwhile(job.id, rdb):  # while it rented: what it started goes too
+    return _running_again(job.id, rdb, restart, lost_at, (request, line, spent))
+
+
+def _running_again(
+    job_id: str, rdb: RecoveryDB, restart: int, lost_at: float,
+    told: tuple[dict[str, Any], str, float],
+) -> int | None:  # fmt: skip
+    """The job runs again: recorded, said, and posted to its webhooks (`recovered`, with
+    `told`: the request, the recovery's line and the cost spent before it)."""
+    from launcher.supervise.recover_notify import tell_recovered
+
+    if _cancelled_meanwhile(job_id, rdb):  # while it rented: what it started goes too
         return 0
     with _signals_held():
-        rdb.update(job.id, phase=WATCHING, restarts=restart)
-    say(f"job {job.id}: attempt {restart + 1} runs, {time.monotonic() - lost_at:.1f} s after "
+        rdb.update(job_id, phase=WATCHING, restarts=restart)
+    say(f"job {job_id}: attempt {restart + 1} runs, {time.monotonic() - lost_at:.1f} s after "
         "the loss was seen")  # fmt: skip
-    tell_recovered(job.id, request, line, spent)
+    tell_recovered(job_id, *told)
     return None
+
+
+def _stop_for(job: Any, plan: Replacement, why: str) -> Replacement:
+    """The lost hosts terminated and the job stopped on the kept ones; where a kept one
+    cannot be stopped, every host is terminated (the plan comes back whole)."""
+    from launcher.supervise.recover_partial import plan_line, release_lost, stop_kept
+    from launcher.supervise.recover_steps import terminate_hosts
+
+    if plan.partial:
+        say(plan_line(job, plan))
+        release_lost(job, plan.replace, why)
+        try:
+            stop_kept(job, plan.keep)
+            return plan
+        except GpujobError as error:
+            say(f"{error.one_line()}; renting every node again")
+    terminate_hosts(job, why)
+    return Replacement((), plan.keep + plan.replace, "a kept host could not be stopped")
+
+
+def _replace_lost(job: Any, plan: Replacement, request: dict[str, Any], restart: int,
+                  checkpoint: Checkpoint | None, rdb: RecoveryDB) -> bool:  # fmt: skip
+    """The replacements rented and every node started again (one try: a failure falls back
+    to renting every node); False when it failed (what it rented is terminated by then)."""
+    from launcher.supervise.recover_partial import checkpoint_dir_of, kept_records, set_aside
+
+    if _cancelled_meanwhile(job.id, rdb):
+        return True
+    try:
+        set_aside(job, plan.keep, checkpoint_dir_of(request), restart)
+        _start_again(job.id, request, restart, checkpoint, kept_records(job, plan))
+        return True
+    except (GpujobError, OSError, EOFError) as error:
+        said = error.one_line() if isinstance(error, GpujobError) else repr(error)
+        line = f"replacing only the lost node(s) failed: {said}; renting every node again"
+        rdb.say(job.id, restart - 1, line, headline=False)
+        say(line)
+        return False
 
 
 def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
@@ -223,7 +293,11 @@ def _cancelled_meanwhile(job_id: str, rdb: RecoveryDB) -> bool:
 
 
 def _start_again(
-    job_id: str, request: dict[str, Any], restart: int, checkpoint: Checkpoint | None
+    job_id: str,
+    request: dict[str, Any],
+    restart: int,
+    checkpoint: Checkpoint | None,
+    keep_hosts: tuple[str, ...] = (),
 ) -> None:
     """`submit --up`'s own launch for the same job id, in a rent of its own: what this try
     rents is terminated on any way out before the job has started (targets.cloud.rent)."""
@@ -236,7 +310,7 @@ def _start_again(
     again = LaunchRequest(
         spec_path=request["spec_path"], sets=tuple(request["sets"]), job_id=job_id,
         detach=True, attempt=restart, recover=True,
-        resume_from=checkpoint.name if checkpoint else None, **fields,
+        resume_from=checkpoint.name if checkpoint else None, keep_hosts=keep_hosts, **fields,
     )  # fmt: skip
     with renting("submit --up") as rent:  # its signal handlers hold while it rents
         before_start = pull_onto_head(checkpoint) if checkpoint else None

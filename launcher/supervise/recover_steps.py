@@ -165,33 +165,50 @@ def latest_checkpoint(request: dict[str, Any], job_id: str) -> Checkpoint | None
 
 def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
     """The step between placement and start of a restart (or of `submit --resume-from`):
-    the checkpoint pulled from S3 into the job's checkpoint folder on node 0's host,
-    verified against its marker; here, for a job on this machine (its record is no host's)."""
+    the checkpoint pulled from S3 into the job's checkpoint folder on every node's host (in
+    parallel), each copy verified against its marker; here, for a job on this machine (its
+    record is no host's). Every host, not node 0's only: torchrun's c10d rendezvous gives
+    the global rank 0, which reads the checkpoint, to whichever node it orders first, and a
+    2-node restart whose rank 0 landed on node 1 refused to resume ("not a complete
+    checkpoint")."""
 
     def before_start(plan: Plan, records: list[str]) -> None:
-        from launcher.remote.hosts import HostEntry
-        from launcher.storage.sync import SyncRequest, sync_ckpt
+        from concurrent.futures import ThreadPoolExecutor
 
-        try:
-            head: str | None = HostEntry.from_record(records[0]).name
-        except (ValueError, TypeError):
-            head = None
-        started = time.monotonic()
-        request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
-                              step=checkpoint.step, on=head)  # fmt: skip
-        for attempt in range(1, PULL_TRIES + 1):
+        from launcher.remote.hosts import HostEntry
+
+        heads: list[str | None] = []
+        for record in records:
             try:
-                sync_ckpt(request)
-                break
-            except GpujobError as error:  # a copy resumes: what was pulled stays
-                if attempt == PULL_TRIES:
-                    raise
-                say(f"pull of {checkpoint.name} onto {head} failed ({error.one_line()}); "
-                    "trying again")  # fmt: skip
-        say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head or 'this machine'} in "
-            f"{time.monotonic() - started:.1f} s, verified")  # fmt: skip
+                name: str | None = HostEntry.from_record(record).name
+            except (ValueError, TypeError):
+                name = None
+            if name not in heads:
+                heads.append(name)
+        with ThreadPoolExecutor(len(heads)) as pool:
+            for done in [pool.submit(_pull_onto, checkpoint, plan, head) for head in heads]:
+                done.result()
 
     return before_start
+
+
+def _pull_onto(checkpoint: Checkpoint, plan: Plan, head: str | None) -> None:
+    from launcher.storage.sync import SyncRequest, sync_ckpt
+
+    started = time.monotonic()
+    request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
+                          step=checkpoint.step, on=head)  # fmt: skip
+    for attempt in range(1, PULL_TRIES + 1):
+        try:
+            sync_ckpt(request)
+            break
+        except GpujobError as error:  # a copy resumes: what was pulled stays
+            if attempt == PULL_TRIES:
+                raise
+            say(f"pull of {checkpoint.name} onto {head} failed ({error.one_line()}); "
+                "trying again")  # fmt: skip
+    say(f"pulled {checkpoint.name} (step {checkpoint.step}) onto {head or 'this machine'} in "
+        f"{time.monotonic() - started:.1f} s, verified")  # fmt: skip
 
 
 def wait_for_agents(job: JobRecord, deadline_s: float = AGENTS_END_S) -> None:

@@ -82,6 +82,9 @@ class LaunchRequest:
     """The checkpoint a recovery pulls onto the new head (GPUJOB_RESUME_FROM)."""
     max_steps: int | None = None
     """A ladder rung's bound (`--ladder-steps`): GPUJOB_MAX_STEPS, which the job honours."""
+    keep_hosts: tuple[str, ...] = ()
+    """A recovery that replaces only lost nodes: each rank's host record to keep, "" for a
+    rank whose host is rented again (plan/replace.py); empty: every node is rented."""
     resume_path: str | None = None
     """`--resume-from REMOTE:prefix/run[/checkpoint-N]`: a checkpoint of another run (or of
     a flat prefix) the job starts from, pulled onto node 0's host (storage/resume.py)."""

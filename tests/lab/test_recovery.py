@@ -412,29 +412,100 @@ def test_a_killed_controller_is_restarted_by_recover_and_adopts_the_running_job(
         "succeeded", "finished", 0)  # fmt: skip
 
 
-def test_two_nodes_restart_together_when_node_1s_host_is_lost(
-    env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path
+@pytest.mark.parametrize("lost", [1, 0], ids=["node-1-lost", "node-0-lost"])
+def test_only_the_lost_node_is_rented_again_and_the_two_nodes_resume_together(
+    env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path, lost: int
 ) -> None:
-    job_id = "rec-2n"
+    """2 nodes, one host terminated through Lambda's API: one launch call after the loss,
+    the other node's instance kept (its job stopped and restarted there), the world
+    re-formed with the new host's address (node 0's: MASTER_ADDR moves with it), and every
+    step after the resume point once."""
+    job_id = f"rec-2n-{lost}"
     fake = clouds["lambda"]
     submit = Command(env, "submit", job_spec(tmp_path, nodes=2), "--up", "a100", "--allow-cpu",
                      "--job-id", job_id)  # fmt: skip
     submit.wait_for(rf"step 13/{STEPS}".encode())
     pause_job(job_id)
     wait_until(lambda: synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3")
-    hosts = json.loads(subprocess.run([GPUJOB, "status", "--json"], env=env,
-                                      capture_output=True, timeout=60).stdout)["hosts"]  # fmt: skip
-    records = {h["name"]: h for h in hosts if h["status"] == "running"}
-    node_1 = json.loads(job_row_hosts(env, job_id)[1])["name"]
-    lose(fake, "lambda", "terminate", str(records[node_1]["instance_id"]))
+    before = [json.loads(record) for record in job_row_hosts(env, job_id)]
+    launched = len(launches(fake))
+    lose(fake, "lambda", "terminate", before[lost]["instance"].split(":", 1)[1])
 
-    assert submit.finish() == 0, submit.text() + controller_log(env, job_id)
+    assert submit.finish() == 0, (
+        submit.text() + controller_log(env, job_id) + why_it_failed(env, job_id)
+    )
     err = bytes(submit.err).decode()
-    assert re.search(rf"recovering \(attempt 2, restart 1/2, host_lost: {node_1} .*from step 10\)",
-                     err), submit.text()  # fmt: skip
-    check_resumed(bytes(submit.out), STEPS, 10)
+    name, kept = before[lost]["name"], 1 - lost
+    step = resumed_step(submit)
+    said = rf"recovering \(attempt 2, restart 1/2, host_lost: {name} .*from step {step}\)"
+    assert re.search(said, err), submit.text()
+    assert len(launches(fake)) == launched + 1, controller_log(env, job_id)
+    after = [json.loads(record) for record in job_row_hosts(env, job_id)]
+    assert after[kept]["instance"] == before[kept]["instance"]
+    assert after[lost]["instance"] != before[lost]["instance"]
+    log = controller_log(env, job_id)
+    assert f"replacing only node {lost} ({name}); keeping node {kept}" in log, log
+    assert "renting every node again" not in log, log
+    check_resumed(bytes(submit.out), STEPS, step)
     assert bytes(submit.out).count(b"rank 3/4: ready") == 2  # both nodes, in both attempts
     assert live(fake, "lambda") == []
+
+
+def test_a_failed_replacement_is_terminated_and_every_node_is_rented_again(
+    env: dict[str, str], clouds: dict[str, RunningFake], bucket: str, tmp_path: Path
+) -> None:
+    """The replacement's launch creates an instance but its answer is lost: the partial
+    recovery fails, that instance is found by its tag and terminated, node 0's host goes
+    too, and both nodes are rented again; the job still finishes from the same checkpoint."""
+    job_id = "rec-2n-fallback"
+    fake = clouds["lambda"]
+    submit = Command(env, "submit", job_spec(tmp_path, nodes=2), "--up", "a100", "--allow-cpu",
+                     "--job-id", job_id)  # fmt: skip
+    submit.wait_for(rf"step 13/{STEPS}".encode())
+    pause_job(job_id)
+    wait_until(lambda: synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3")
+    before = [json.loads(record) for record in job_row_hosts(env, job_id)]
+    launched = len(launches(fake))
+    fake.control.fault("drop", op="launch", handle_first=True)
+    lose(fake, "lambda", "terminate", before[1]["instance"].split(":", 1)[1])
+
+    assert submit.finish() == 0, (
+        submit.text() + controller_log(env, job_id) + why_it_failed(env, job_id)
+    )
+    log = controller_log(env, job_id)
+    assert "replacing only node 1" in log and "renting every node again" in log, log
+    assert re.search(r"terminated gpujob-\S+ \(lambda \w+\) after the failed submit --up", log), log
+    assert len(launches(fake)) == launched + 3, log  # the lost answer's, then both nodes
+    after = [json.loads(record) for record in job_row_hosts(env, job_id)]
+    assert after[0]["instance"] != before[0]["instance"]
+    check_resumed(bytes(submit.out), STEPS, resumed_step(submit))
+    assert live(fake, "lambda") == []
+
+
+def resumed_step(submit: Command) -> int:
+    """The step the job resumed from: 10, or 20 where the kept node's agent, stopped,
+    shipped checkpoint-20 (the job had got past it before the pause took hold)."""
+    found = re.search(rb"resumed from checkpoint-(\d+) \(step", bytes(submit.out))
+    assert found, submit.text()
+    assert int(found[1]) in (10, 20), submit.text()
+    return int(found[1])
+
+
+def why_it_failed(env: dict[str, str], job_id: str) -> str:
+    """The lines of the job's shipped logs (S3) that say why a rank ended, for a failure's
+    message: the follow's own output keeps only its end."""
+    shown = []
+    for node in ("0", "1"):
+        done = subprocess.run([GPUJOB, "logs", job_id, "--node", node], env=env,
+                              capture_output=True, timeout=120)  # fmt: skip
+        text = done.stdout.decode(errors="replace")
+        shown += [f"node {node}: {line}" for line in text.splitlines()
+                  if re.search(r"cannot resume|Error|resumed|warning|refused", line)]  # fmt: skip
+    return "\n--- why (shipped logs) ---\n" + "\n".join(shown[-40:])
+
+
+def launches(fake: RunningFake) -> list[dict[str, Any]]:
+    return [r for r in fake.control.requests() if r["op"] == "launch"]
 
 
 def controller_log(env: dict[str, str], job_id: str) -> str:

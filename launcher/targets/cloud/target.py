@@ -123,7 +123,9 @@ class CloudTarget(RemoteHostsTarget):
         autostop = spec.resources.autostop
         keep = keep_window(request.keep_on_failure, spec.keep_on_failure)  # its end, from rent
         ref = image_reference(spec.image, job.image)
-        options = UpOptions(gpu=request.up or "", provider=self.kind, count=spec.nodes,
+        kept = request.keep_hosts  # a recovery keeping hosts rents only the others
+        count = sum(1 for record in kept if not record) if kept else spec.nodes
+        options = UpOptions(gpu=request.up or "", provider=self.kind, count=count,
                             yes=request.yes, dry_run=request.dry_run,
                             allow_cpu=request.allow_cpu,
                             image=ref, disk=request.disk, max_price=request.max_price,
@@ -142,7 +144,10 @@ class CloudTarget(RemoteHostsTarget):
         if request.dry_run:
             return [HostEntry(name=f"<new {self.kind} host {rank}>", address="<its ip>")
                     for rank in range(spec.nodes)]  # fmt: skip
-        return [instance_entry(inst) for inst in instances]  # pinned per instance
+        made = iter([instance_entry(inst) for inst in instances])  # pinned per instance
+        if kept:  # each rank keeps its host, or takes the next new one (addresses re-formed)
+            return [HostEntry.from_record(record) if record else next(made) for record in kept]
+        return list(made)
 
     def plan_for(
         self,
