@@ -167,20 +167,25 @@ def _check_disk(
     report: Callable[[str], None],
 ) -> int:  # fmt: skip
     """The budget (kept checkpoints + the one being written + workdir + image or job
-    environment), always printed; refused when over the disk asked (`disk_asked`). Returns
-    the least disk an offer must have."""
+    environment), always printed. `--disk` is the host's disk: a budget over it is refused.
+    `resources.disk_gb` is the free disk the job says it needs: the host gets at least that
+    and at least the budget (a quickstart's `disk_gb: 1` is no cap on its environment).
+    Returns the least disk an offer must have (and what Vast creates)."""
     from launcher.storage.budget import budget_of, check_budget
     from launcher.storage.preflight import ENVIRONMENT_GUESS
 
     software = IMAGE_GUESS if image_ref is not None else ENVIRONMENT_GUESS if image else 0
     asked = disk_asked(loaded, disk_gb)
-    if asked is not None:
-        gb, source = asked
-        budget = check_budget(loaded, gb * GIB, f"the {gb} GB asked ({source})", software)
+    if asked is not None and asked[1] == "--disk":
+        budget = check_budget(loaded, disk_gb * GIB, f"the {disk_gb} GB asked (--disk)", software)
         report(f"before renting: {budget.line()}")
-        return gb
+        return disk_gb
     budget = budget_of(loaded, software)
-    needed_gb = -(-budget.needed // GIB)
+    needed_gb = int(-(-budget.needed // GIB))
+    if asked is not None and asked[0] > needed_gb:
+        needed_gb, why = asked[0], f" ({asked[1]})"
+    else:
+        why = ""
     report(f"before renting: disk budget {budget.sum()}: offers with less than {needed_gb} GB "
-           "of disk are left out")  # fmt: skip
-    return int(needed_gb)
+           f"of disk{why} are left out")  # fmt: skip
+    return needed_gb
