@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.errors import GpujobError, UsageError
+from launcher.jobs.evals import Evals, read_evals
 from launcher.jobs.metrics import NodeMetrics, read_metrics
 from launcher.jobs.records import job_or_fail
 from launcher.state.db import StateDB
@@ -24,6 +25,8 @@ BARS = "▁▂▃▄▅▆▇█"
 PLOT_KINDS = (".png", ".svg", ".html")
 FOLLOW_EVERY_S = 5.0
 TABLE_ROWS = 10
+EVAL_PANELS = 8
+"""Eval figures drawn (the table and --json have them all)."""
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -86,6 +89,29 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else number(value) if isinstance(value, float) else str(value)
 
 
+def eval_table(evals: Evals) -> str:
+    """A row per checkpoint: its step, then each eval figure (`-` where it has none)."""
+    names = evals.names()
+    cells = [[str(step), *(_cell(figures.get(n)) for n in names)]
+             for step, figures in sorted(evals.steps.items())]  # fmt: skip
+    header = ["STEP", *(n.upper() for n in names)]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
+                     for line in [header, *cells])  # fmt: skip
+
+
+def show_evals(evals: Evals | None, say: Callable[[str], None]) -> None:
+    if evals is None:
+        return
+    where = "" if evals.source == "host" else f", from {evals.source}"
+    say(f"\neval per checkpoint ({len(evals.steps)} checkpoint(s){where}):")
+    if evals.steps:
+        say(eval_table(evals))
+    if evals.notes:
+        say(f"note: {evals.notes[0]}" + (f" (and {len(evals.notes) - 1} more)"
+                                          if len(evals.notes) > 1 else ""))  # fmt: skip
+
+
 def show_text(job_id: str, nodes: list[NodeMetrics], say: Callable[[str], None]) -> None:
     for node in nodes:
         where = "" if node.source == "host" else f", from {node.source}"
@@ -110,13 +136,17 @@ def metrics(reference: str, *, as_json: bool, follow: bool, plot: str | None,
     db = StateDB()
     job = job_or_fail(db, reference)
     nodes = read_metrics(job)
+    evals = read_evals(job)
     if plot is not None:
-        say(write_plot(job.id, nodes, Path(plot)))
+        say(write_plot(job.id, nodes, Path(plot), evals))
         return 0
     if as_json:
-        say(json.dumps({"job": job.id, "nodes": [n.as_json() for n in nodes]}, indent=1))
+        body = {"job": job.id, "nodes": [n.as_json() for n in nodes],
+                "evals": evals.as_json() if evals else None}  # fmt: skip
+        say(json.dumps(body, indent=1))
         return 0
     show_text(job.id, nodes, say)
+    show_evals(evals, say)
     if follow:
         return _follow(db, job.id, nodes, say)
     return 0
@@ -143,8 +173,9 @@ def _follow(db: StateDB, job_id: str, nodes: list[NodeMetrics], say: Callable[[s
         time.sleep(FOLLOW_EVERY_S)
 
 
-def draw(job_id: str, nodes: list[NodeMetrics]) -> Figure:
-    """One panel per figure (x: step, a line per node), then GPU utilisation over time."""
+def draw(job_id: str, nodes: list[NodeMetrics], evals: Evals | None = None) -> Figure:
+    """One panel per figure (x: step, a line per node), then each eval figure (a point per
+    checkpoint, at most EVAL_PANELS), then GPU utilisation over time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -152,7 +183,8 @@ def draw(job_id: str, nodes: list[NodeMetrics]) -> Figure:
 
     names = list(dict.fromkeys(n for node in nodes for n in node.names()))
     gpu = any(node.gpu_util()[1] for node in nodes)
-    panels = len(names) + (1 if gpu else 0)
+    eval_names = evals.names()[:EVAL_PANELS] if evals else []
+    panels = len(names) + len(eval_names) + (1 if gpu else 0)
     if panels == 0:
         raise GpujobError(f"job {job_id}: nothing recorded to draw yet",
                           "write one JSON object per step to $GPUJOB_METRICS")  # fmt: skip
@@ -165,6 +197,12 @@ def draw(job_id: str, nodes: list[NodeMetrics]) -> Figure:
                 ax.plot(xs, ys, label=f"node {node.rank}", linewidth=1.2)
         ax.set_ylabel(name)
         ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax, name in zip(axes[len(names) :], eval_names, strict=False):
+        assert evals is not None
+        ax.plot(*evals.series(name), marker="o", linestyle=":", linewidth=1)
+        ax.set_ylabel(name)
+        ax.set_xlabel("checkpoint step")
         ax.grid(alpha=0.3)
     if gpu:
         ax = axes[-1]
@@ -180,14 +218,15 @@ def draw(job_id: str, nodes: list[NodeMetrics]) -> Figure:
     return fig
 
 
-def write_plot(job_id: str, nodes: list[NodeMetrics], path: Path) -> str:
+def write_plot(job_id: str, nodes: list[NodeMetrics], path: Path,
+               evals: Evals | None = None) -> str:  # fmt: skip
     """The figure written whole to `path` (.png, .svg, or .html holding the SVG)."""
     import io
     import os
     import tempfile
 
     try:
-        fig = draw(job_id, nodes)
+        fig = draw(job_id, nodes, evals)
     except ImportError:
         raise GpujobError("--plot needs matplotlib",
                           "pip install 'gpujob[plot]' (or matplotlib)") from None  # fmt: skip
@@ -205,4 +244,9 @@ def write_plot(job_id: str, nodes: list[NodeMetrics], path: Path) -> str:
     os.replace(tmp, path)
     points = ", ".join(f"{name} {len(nodes[0].series(name)[1])} point(s)"
                        for name in nodes[0].names()) if nodes else ""  # fmt: skip
+    if evals and evals.steps:
+        points += ("; " if points else "") + ", ".join(
+            f"{name} {len(evals.series(name)[1])} checkpoint(s)"
+            for name in evals.names()[:EVAL_PANELS]
+        )
     return f"wrote {path}" + (f" (node 0: {points})" if points else "")
