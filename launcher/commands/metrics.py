@@ -16,6 +16,7 @@ from launcher.errors import GpujobError, UsageError
 from launcher.jobs.evals import Evals, read_evals
 from launcher.jobs.metrics import NodeMetrics, read_metrics
 from launcher.jobs.records import job_or_fail
+from launcher.state import figures
 from launcher.state.db import StateDB
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ def metrics(reference: str, *, as_json: bool, follow: bool, plot: str | None,
     db = StateDB()
     job = job_or_fail(db, reference)
     nodes = read_metrics(job)
+    if job.terminal and nodes and nodes[0].steps and figures.load(job.id) is None:
+        keep_figures(job.id, nodes[0])
     evals = read_evals(job)
     if plot is not None:
         say(write_plot(job.id, nodes, Path(plot), evals))
@@ -171,6 +174,19 @@ def _follow(db: StateDB, job_id: str, nodes: list[NodeMetrics], say: Callable[[s
         if ended:
             return 0
         time.sleep(FOLLOW_EVERY_S)
+
+
+def keep_figures(job_id: str, node: NodeMetrics) -> None:
+    """An ended job's headline figure, its trend and step, as its agent summarised it, kept
+    here for `status` (state/figures.py): for a job whose end was recorded without them."""
+    from launcher.agent.metrics import headline, trend
+
+    name = headline(node.steps[-1]) or next(iter(node.names()), None)
+    if name is None:
+        return
+    steps, values = node.series(name)
+    figures.save(job_id, {"name": name, "value": values[-1], "step": int(steps[-1]),
+                          "trend": trend(values[-20:])})  # fmt: skip
 
 
 def draw(job_id: str, nodes: list[NodeMetrics], evals: Evals | None = None) -> Figure:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, TypedDict
 
-from launcher.jobs.state import JobState, refresh
+from launcher.jobs.state import JobState, is_terminal, refresh
+from launcher.state import figures
 from launcher.state.db import JobRecord, StateDB
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ def status_rows(limit: int = 20) -> list[JobRow]:
             "warning": _care_warning(here), "node_states": nodes,
         }  # fmt: skip
         shown = metrics_text(here)
+        if not shown and is_terminal(state):  # its agents not asked: the figures kept here
+            shown = metrics_text([{"metrics": figures.load(job.id) or {}}])
         if shown:
             row["metrics"] = shown
         if recovery is not None:

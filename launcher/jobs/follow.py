@@ -32,6 +32,7 @@ from launcher.jobs.state import (
 )
 from launcher.remote.base import Connection
 from launcher.say import say
+from launcher.state import figures
 from launcher.state.db import JobRecord, StateDB
 from launcher.targets.base import Node, Target, close_all, target_for
 
@@ -189,6 +190,8 @@ def _logs(
     timed_out = ending if state == JobState.TIMED_OUT else None
     db.update_job(job.id, state, exit_code=code,
                   last_line=timed_out or _final_line(cause or done[0]))  # fmt: skip
+    head = next((s.status for s in done if s.rank == 0), {})
+    figures.save(job.id, head.get("metrics"))  # status shows them once the job has ended
     if follow and tail is None and node is None:
         for stream in done:
             db.set_offset(job.id, stream.rank, 0)

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.state import figures
 from launcher.state.db import JobRecord, StateDB
 from launcher.state.job_states import (
     NODE_FAILURES,
@@ -110,6 +111,7 @@ def record_job_state(
     if is_final(states, state):
         code = exit_code_of(node) if code is None or state == JobState.LOST else code
         db.update_job(job.id, state, exit_code=code, last_line=last)
+        figures.save(job.id, statuses[0].get("metrics"))  # status shows them once it has ended
     return state, code, last
 
 

@@ -43,6 +43,7 @@ def test_a_hooks_metrics_csv_per_checkpoint_is_shown_from_s3_after_the_folder_is
     every = gpujob(env, "metrics", "qs-e1", "--json")
     assert every.returncode == 0, every.stderr
     evals = json.loads(every.stdout)["evals"]
+    final = json.loads(every.stdout)["nodes"][0]["steps"][-1]["loss"]
     assert evals["source"].endswith(f"{remote['bucket']}/qe/qs-e1")
     assert evals["checkpoints"] == expected
     assert evals["notes"] == []
@@ -52,8 +53,23 @@ def test_a_hooks_metrics_csv_per_checkpoint_is_shown_from_s3_after_the_folder_is
     assert "eval per checkpoint (3 checkpoint(s), from " in shown.stdout
     assert shown.stdout.rstrip().splitlines()[-4:] == [
         "STEP  PPL  ACC", "  20   20    -", "  40   40  0.4", "  60   60  0.6"]  # fmt: skip
+    # status, its agents no longer asked: the figures the follow kept here at the job's end,
+    # else those `gpujob metrics` kept as it read the record from S3
+    assert status_figures(env).startswith(f"loss {final:.4g} ↓ @60, ")
+    (tmp_path / "state" / "figures" / "qs-e1.json").unlink()
+    assert status_figures(env) == ""
+    assert gpujob(env, "metrics", "qs-e1").returncode == 0
+    assert status_figures(env) == f"loss {final:.4g} ↓ @60"
+
     png = tmp_path / "evals.png"
     plotted = gpujob(env, "metrics", "qs-e1", "--plot", str(png))
     assert plotted.returncode == 0, plotted.stderr
     assert "ppl 3 checkpoint(s), acc 2 checkpoint(s)" in plotted.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def status_figures(env: dict[str, str]) -> str:
+    shown = gpujob(env, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    (row,) = [r for r in json.loads(shown.stdout)["jobs"] if r["id"] == "qs-e1"]
+    return str(row.get("metrics", ""))
