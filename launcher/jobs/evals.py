@@ -27,17 +27,21 @@ FILE_CAP = 256 * 1024
 MAX_FILES = 400
 STEP_COLUMNS = ("step", "global_step", "checkpoint_step", "ckpt_step", "checkpoint", "ckpt",
                 "iteration")  # fmt: skip
+DIRECTORY_NOT_FOUND = 3
+"""rclone's exit code for a folder that is not there."""
 NAME_COLUMNS = ("metric", "name", "key")
 
 # Run on node 0's host by its agent's Python: the files under the checkpoint and outputs
-# folders named in job.json, each cut at FILE_CAP, as one JSON object on stdout.
+# folders named in job.json, each cut at FILE_CAP, as one JSON object on stdout (null where
+# the node's folder is gone).
 HOST_SCRIPT = r"""
 import json, os, sys
 node_dir, cap, most, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 try:
     care = json.load(open(os.path.join(node_dir, "job.json"))).get("checkpoints") or {}
 except (OSError, ValueError):
-    care = {}
+    print("null")  # the folder is gone: the bucket may have them
+    sys.exit(0)
 found = {}
 for kind, root in (("ckpt", care.get("dir")), ("outputs", care.get("outputs"))):
     if not root or not os.path.isdir(root):
@@ -229,9 +233,9 @@ def _from_host(job: JobRecord) -> Evals | None:
         return None
     finally:
         close_all([n.connection for n in nodes])
-    if not isinstance(files, dict) or not files:
-        return None  # the folder gone (or nothing written yet): the bucket may have them
-    evals = Evals("host")
+    if not isinstance(files, dict):
+        return None  # the folder gone: the bucket may have them
+    evals = Evals("host")  # while the host has the folder, it is the truth (none yet: none)
     for path, (text, cut) in sorted(files.items(), key=lambda kv: _order(kv[0])):
         add_file(evals, path, text, cut)
     return evals
@@ -273,11 +277,14 @@ def _from_bucket(job: JobRecord) -> Evals:
     with tempfile.TemporaryDirectory(prefix="gpujob-evals.") as tmp:
         listed = subprocess.run(["rclone", "lsjson", "-R", "--files-only", *includes, where],
                                 env=env, capture_output=True, check=False)  # fmt: skip
-        if listed.returncode != 0:
+        if listed.returncode == DIRECTORY_NOT_FOUND:
+            return evals  # nothing pushed there (yet)
+        if listed.returncode != 0:  # the record was read: say why the evals were not
             said = listed.stderr.decode(errors="replace").strip().splitlines()
-            raise GpujobError(f"job {job.id}: {where} cannot be listed: "
-                              f"{said[-1] if said else listed.returncode}",
-                              "`gpujob storage tree` shows what the bucket holds")  # fmt: skip
+            evals.notes.append(
+                f"{where} cannot be listed: {said[-1] if said else listed.returncode}"
+            )
+            return evals
         entries = json.loads(listed.stdout or b"[]")
         big = [e["Path"] for e in entries if e.get("Size", 0) > FILE_CAP]
         for path in big:
