@@ -147,7 +147,7 @@ def test_without_ladder_steps_a_rung_passes_at_its_first_complete_checkpoint(
     said = re.search(r"rung ck-r1: complete checkpoint (checkpoint-\d+) on node 0: the rung "
                      r"passed; stopping it", err)  # fmt: skip
     assert said, err
-    assert re.search(r"^1\s+0\s+0:\d+\.\dM", out, re.M), out
+    assert re.search(r"^1\s+0\s+0:\d+\.\dM\s+-\s+\d+\.\ds\s+\d+ tokens/s$", out, re.M), out
     assert "ladder ck: every rung passed" in err
     log = (tmp_path / "state" / "jobs" / "ck-r1" / "node-0" / "job.log").read_text()
     assert "step 1/100000" in log  # no GPUJOB_MAX_STEPS: the checkpoint ended it

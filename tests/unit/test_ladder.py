@@ -162,6 +162,12 @@ def test_throughput_is_the_steady_figure_else_the_last_rate() -> None:
     assert throughput("epoch 1: 88.5 samples/s\nepoch 2: 90.2 samples/s") == "90 samples/s"
     assert throughput("no rate here") == "-"
     assert throughput("node 0 step 4/4 samples/s 104") == "104 samples/s"
+    saved = (
+        "step 10/100000 loss 3.2800 tokens/s 23058\nWriting model shards: 100%|##########| "
+        "1/1 [00:00<00:00, 909.24it/s]\ncheckpoint saved: ckpt/checkpoint-10"
+    )  # the quickstart's
+    assert throughput(saved) == "23058 tokens/s"
+    assert throughput(" 10%|#  | 10/100 [00:05<00:45,  2.00it/s]") == "2 it/s"  # HF Trainer's bar
 
 
 def test_memory_per_rank_is_in_rank_order() -> None:
