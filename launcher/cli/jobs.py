@@ -74,9 +74,11 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               "alone: from your environment.")  # fmt: skip
 @click.option("--ladder", metavar="W,W,..|nodes:N,N,..",
               help="Run the job at each world size (or node count) in turn, --ladder-steps "
-              "steps each, until the first that fails; a table of what each measured.")  # fmt: skip
+              "steps each (or each to its first complete checkpoint), until the first that "
+              "fails; a table of what each measured.")  # fmt: skip
 @click.option("--ladder-steps", type=click.IntRange(min=1), metavar="N",
-              help="With --ladder: steps per rung (GPUJOB_MAX_STEPS; default 20).")  # fmt: skip
+              help="With --ladder: steps per rung (GPUJOB_MAX_STEPS, which the job honours); "
+              "without it, each rung ends at its first complete checkpoint.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
     """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
     from launcher.commands.submit import SubmitOptions

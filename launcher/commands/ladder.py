@@ -1,6 +1,7 @@
 """`gpujob submit JOB.yaml --ladder 1,2,4 [--ladder-steps N]`: the job run at each rung of a
 scale-up ladder, in order, on the same target, each rung its own job (`<id>-r<world>`) bounded
-to N steps (GPUJOB_MAX_STEPS), until the first rung that fails; after each rung one row of
+to N steps (GPUJOB_MAX_STEPS), or without N to its first complete checkpoint (ladder_stop.py),
+until the first rung that fails; after each rung one row of
 what it measured, and for the failing rung its cause and what the rung before it measured.
 
 Every rung is planned first (plan/ladder.py: layouts and batch arithmetic, every refusal at
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import GpujobError, ManyUsageErrors, UsageError
@@ -26,7 +28,6 @@ from launcher.targets.base import LaunchRequest
 if TYPE_CHECKING:
     from launcher.targets.cloud.rent import Rent
 
-DEFAULT_STEPS = 20
 CANCEL_GRACE_S = 10.0
 OOM_PROBE = ("grep -H oom_kill /sys/fs/cgroup/memory.events 2>/dev/null; "
              "dmesg 2>/dev/null | grep -iE 'out of memory|oom-kill' | tail -n 3; true")  # fmt: skip
@@ -61,8 +62,7 @@ def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
                          "add --ladder 1,2,4, or leave --ladder-steps out")  # fmt: skip
     _refuse_with(request)
     loaded = load_requested(vars(request))
-    plan = plan_ladder(loaded.spec, rungs, steps or DEFAULT_STEPS,
-                       loaded.where("batch", "global_batch"))  # fmt: skip
+    plan = plan_ladder(loaded.spec, rungs, steps, loaded.where("batch", "global_batch"))
     ladder_id = request.job_id or new_job_id(loaded.spec.name)
     _load_every_rung(request, plan, ladder_id)
     if request.dry_run:
@@ -87,7 +87,7 @@ def _climb(request: LaunchRequest, plan: Ladder, ladder_id: str, hosts: tuple[st
         rung_request = _rung_request(request, rung, plan, ladder_id)
         if hosts:
             rung_request = dataclasses.replace(rung_request, on=hosts[: rung.nodes])
-        measured = _run_rung(rung_request, rung, probes)
+        measured = _run_rung(rung_request, rung, probes, plan.until_checkpoint)
         done.append(measured)
         _row(measured, header=len(done) == 1)
         if measured.exit_code != 0:
@@ -190,9 +190,13 @@ def _dry_run(request: LaunchRequest, plan: Ladder, ladder_id: str) -> int:
     return 0
 
 
-def _run_rung(request: LaunchRequest, rung: Rung, probes: dict[str, str]) -> Measured:
-    """One rung through the launch path, followed to its end; never left running."""
+def _run_rung(
+    request: LaunchRequest, rung: Rung, probes: dict[str, str], until_checkpoint: bool
+) -> Measured:
+    """One rung through the launch path, followed to its end (or, `until_checkpoint`, to its
+    first complete checkpoint, where it is stopped as a pass); never left running."""
     from launcher.jobs.follow import show_log
+    from launcher.jobs.ladder_stop import CheckpointStop
     from launcher.jobs.launch import launch
     from launcher.state.db import StateDB
     from launcher.targets.base import target_for_request
@@ -207,9 +211,11 @@ def _run_rung(request: LaunchRequest, rung: Rung, probes: dict[str, str]) -> Mea
         assert started is not None
         job = StateDB().job(started.job_id)
         assert job is not None
-        with clock.watching():
+        stop = CheckpointStop(job.id, CANCEL_GRACE_S)
+        with clock.watching(), stop.watching() if until_checkpoint else nullcontext():
             code = show_log(job, follow=True, opened=started.opened,
                             first_reads=started.first_reads)  # fmt: skip
+        code = 0 if stop.reached is not None else code
         return _measure(request.job_id, rung, code, clock, started.opened, probes)
     except GpujobError as err:  # the rung never ran to an end: said as its cause
         return Measured(rung, int(err.exit_code), cause=Cause(err.one_line(), None, ()))

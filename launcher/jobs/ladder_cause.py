@@ -118,7 +118,9 @@ def _rank_text(text: str, rank: str | None) -> str:
 
 
 def throughput(text: str) -> str:
-    """The job's steady throughput if it prints one: a `steady` line's, else the last rate."""
+    """The job's steady throughput if it prints one: a `steady` line's, else the last rate in
+    tokens, samples or images; `it/s` only when it prints no other (a progress bar's may be a
+    save's: a rung stopped at its checkpoint ends on one)."""
     found = []
     for line in text.splitlines():  # a line's `UNIT/s N` first: `step 4/4 samples/s 104`
         matches = list(RATES[0].finditer(line)) or list(RATES[1].finditer(line))
@@ -126,7 +128,8 @@ def throughput(text: str) -> str:
     if not found:
         return "-"
     steady = [pair for pair in found if "steady" in pair[1].lower()]
-    match = (steady or found)[-1][0]
+    counted = [pair for pair in found if pair[0].group("unit") != "it"]
+    match = (steady or counted or found)[-1][0]
     return f"{float(match.group('n')):.0f} {match.group('unit')}/s"
 
 

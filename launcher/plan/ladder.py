@@ -58,14 +58,25 @@ class Rung:
 
 @dataclass(frozen=True)
 class Ladder:
-    """The rungs in the order they run, each bounded to `steps` steps (GPUJOB_MAX_STEPS)."""
+    """The rungs in the order they run, each bounded to `steps` steps (GPUJOB_MAX_STEPS), or
+    with `steps` None (no --ladder-steps) to its first complete checkpoint: the agent's own
+    word that a save finished, whatever the framework, so no job has to honour a variable."""
 
     rungs: tuple[Rung, ...]
-    steps: int
+    steps: int | None
+
+    @property
+    def until_checkpoint(self) -> bool:
+        return self.steps is None
+
+    def bound(self) -> str:
+        if self.steps is not None:
+            return f"each up to {self.steps} steps (GPUJOB_MAX_STEPS)"
+        return "each until its first complete checkpoint (or its own end)"
 
     def text(self, ladder_id: str) -> str:
-        lines = [f"ladder {ladder_id}: {len(self.rungs)} rung(s), each up to {self.steps} "
-                 "steps (GPUJOB_MAX_STEPS), in order; the first that fails ends it"]  # fmt: skip
+        lines = [f"ladder {ladder_id}: {len(self.rungs)} rung(s), {self.bound()}, in order; "
+                 "the first that fails ends it"]  # fmt: skip
         lines += [f"  {rung.job_id(ladder_id)}  {rung.line()}" for rung in self.rungs]
         return "\n".join(lines) + "\n"
 
@@ -90,12 +101,13 @@ def parse_rungs(text: str) -> tuple[bool, list[int]]:
 
 
 def plan_ladder(
-    spec: JobSpec, text: str, steps: int, batch_where: str = "batch.global_batch"
+    spec: JobSpec, text: str, steps: int | None, batch_where: str = "batch.global_batch"
 ) -> Ladder:
     """Each rung's layout from the spec's (processes and GPUs per node, nodes), every rung
-    that cannot be laid out or whose batch cannot divide refused together, by name."""
+    that cannot be laid out or whose batch cannot divide refused together, by name. `steps`
+    None: each rung ends at its first complete checkpoint."""
     by_nodes, sizes = parse_rungs(text)
-    if steps < 1:
+    if steps is not None and steps < 1:
         raise UsageError(f"--ladder-steps {steps}: a rung runs at least one step")
     rungs, refusals = [], []
     for size in sizes:

@@ -129,3 +129,27 @@ def test_a_ctrl_c_during_a_rung_cancels_it_and_ends_the_ladder(tmp_path: Path) -
     states = {row["id"]: row["state"] for row in json.loads(shown.stdout)["jobs"]}
     assert states == {"int-r1": "cancelled"}, states  # the rung of 2 never started
     assert job_pids(tmp_path / "state" / "jobs") == []
+
+
+def test_without_ladder_steps_a_rung_passes_at_its_first_complete_checkpoint(
+    tmp_path: Path,
+) -> None:
+    spec = write_ladder_job(tmp_path)  # 100000 steps: only a checkpoint (every 5 steps) ends it
+    spec.write_text(
+        spec.read_text().replace('"60"', '"100000"').replace("every_steps: 20", "every_steps: 5")
+    )
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    done = subprocess.run([GPUJOB, "submit", str(spec), "--ladder", "1", "--job-id", "ck"], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, out[-3000:] + err[-3000:]
+    # the agent's status is read every second: a save every 5 steps of a few ms is seen late
+    said = re.search(r"rung ck-r1: complete checkpoint (checkpoint-\d+) on node 0: the rung "
+                     r"passed; stopping it", err)  # fmt: skip
+    assert said, err
+    assert re.search(r"^1\s+0\s+0:\d+\.\dM\s+-\s+\d+\.\ds\s+\d+ tokens/s$", out, re.M), out
+    assert "ladder ck: every rung passed" in err
+    log = (tmp_path / "state" / "jobs" / "ck-r1" / "node-0" / "job.log").read_text()
+    assert "step 1/100000" in log  # no GPUJOB_MAX_STEPS: the checkpoint ended it
+    assert f"{said[1]}\n" in log and "step 100000/" not in log
+    assert job_pids(tmp_path / "state" / "jobs") == []

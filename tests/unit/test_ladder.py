@@ -11,6 +11,7 @@ import pytest
 
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.jobs.ladder_cause import classify, per_rank, throughput
+from launcher.jobs.ladder_stop import first_checkpoint
 from launcher.plan.ladder import parse_rungs, plan_ladder
 from launcher.spec.job import JobSpec
 from tests.conftest import Result
@@ -161,6 +162,12 @@ def test_throughput_is_the_steady_figure_else_the_last_rate() -> None:
     assert throughput("epoch 1: 88.5 samples/s\nepoch 2: 90.2 samples/s") == "90 samples/s"
     assert throughput("no rate here") == "-"
     assert throughput("node 0 step 4/4 samples/s 104") == "104 samples/s"
+    saved = (
+        "step 10/100000 loss 3.2800 tokens/s 23058\nWriting model shards: 100%|##########| "
+        "1/1 [00:00<00:00, 909.24it/s]\ncheckpoint saved: ckpt/checkpoint-10"
+    )  # the quickstart's
+    assert throughput(saved) == "23058 tokens/s"
+    assert throughput(" 10%|#  | 10/100 [00:05<00:45,  2.00it/s]") == "2 it/s"  # HF Trainer's bar
 
 
 def test_memory_per_rank_is_in_rank_order() -> None:
@@ -213,3 +220,40 @@ def test_every_rung_the_spec_refuses_is_named_before_any_runs(
     lines = result.stderr.strip().splitlines()
     assert [line.split(":")[2] for line in lines] == [" rung a-r2", " rung a-r4"], lines
     assert "launcher: accelerate needs GPUs for more than one process (world size 2" in lines[0]
+
+
+def test_without_ladder_steps_each_rung_ends_at_its_first_checkpoint() -> None:
+    job = spec(run={"entrypoint": "t.py", "nproc_per_node": 2})
+    plan = plan_ladder(job, "1,2", None)
+    assert plan.until_checkpoint and not plan_ladder(job, "1,2", 9).until_checkpoint
+    assert "ladder lad: 2 rung(s), each until its first complete checkpoint (or its own end)" \
+        in plan.text("lad")  # fmt: skip
+
+
+RUNNING = {"state": "running"}
+SAVED = {"state": "running", "checkpoints": {"complete": ["checkpoint-5", "checkpoint-10"],
+                                             "latest": "checkpoint-10"}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("statuses", "found"),
+    [([RUNNING, RUNNING], None), ([None, RUNNING], None), ([RUNNING, SAVED], (1, "checkpoint-5")),
+     ([SAVED], (0, "checkpoint-5")),
+     ([{"state": "running", "checkpoints": {"complete": [], "latest": "step_3"}}], (0, "step_3")),
+     ([SAVED, {"state": "failed", "exit_code": 1}], None),  # a failing rung fails
+     ([SAVED, {"state": "lost"}], None),
+     ([{**SAVED, "state": "succeeded"}], None),  # it ended: nothing to stop
+     ([{**SAVED, "state": "succeeded"}, SAVED], (0, "checkpoint-5"))],
+)  # fmt: skip
+def test_a_rung_is_stopped_at_the_first_complete_checkpoint_while_no_node_failed(
+    statuses: list[dict[str, object] | None], found: tuple[int, str] | None
+) -> None:
+    assert first_checkpoint(statuses) == found
+
+
+def test_dry_run_without_ladder_steps_sets_no_step_bound(gpujob: Callable[..., Result]) -> None:
+    result = gpujob("submit", str(REPO / "jobs/quickstart.yaml"), "--dry-run", "--ladder", "1,2",
+                    "--job-id", "lad")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("ladder lad: 2 rung(s), each until its first complete checkp")
+    assert "GPUJOB_MAX_STEPS" not in result.stdout
