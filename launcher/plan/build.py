@@ -247,13 +247,15 @@ def _node_plan(
         if target.sandbox:  # the job's own HOME, before a `~/...` mount is put there
             steps.append(home_step(target, job_dir))
         steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it
-        steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         steps.append(WriteFile(path=f"{job_dir}/{NODE_IPS_FILE}", content=ips))
         if spec.run.serialize_init:
             steps.append(CopyFile(source=sources.init_lock, path=f"{job_dir}/{INIT_FILE}"))
         for module in sources.agent_modules:
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{name}"))
+        # the agent after the modules it imports: a submit killed between the two leaves no
+        # agent that `cancel` or `status` would run and see fail on a missing sibling
+        steps.append(CopyFile(source=sources.agent, path=f"{job_dir}/{AGENT_FILE}", mode=0o755))
         for module in sources.job_modules:
             name = PurePosixPath(module).name
             steps.append(CopyFile(source=module, path=f"{job_dir}/{PYLIB}/{name}"))

@@ -173,8 +173,8 @@ def test_serialize_init_wraps_the_program(program: dict, expected_tail: list[str
     assert env["GPUJOB_INIT_IMPORTS"] == "torch,tx"
     copies = [s for s in plan.nodes[0].steps if isinstance(s, CopyFile)]
     assert [(Path(s.source).name, s.path) for s in copies] == [
-        ("agent.py", "/jobs/job-1/gpujob-agent.py"),
         ("init_lock.py", "/jobs/job-1/gpujob-init.py"),
+        ("agent.py", "/jobs/job-1/gpujob-agent.py"),  # last: its siblings are there before it
     ]
 
 
