@@ -192,8 +192,8 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     _stop_watch(limits)
     _stop_watch((metrics[0], metrics[1]))
     _stop_watch(watch)
+    job.end()  # before the end is recorded: whoever sees the job ended sees no container
     _record_end(node_dir, status, code, config.get("checkpoints"))
-    job.end()
     _notify(node_dir, config, given, status)
     return 0
 
