@@ -175,11 +175,14 @@ def started_words(spec: JobSpec) -> str:
 
 def user_run_file(spec: JobSpec) -> str | None:
     """The shell block as its own script: the clashing names are unset again at its top,
-    after bash has read any BASH_ENV the image sets."""
+    after bash has read any BASH_ENV the image sets. A stop's TERM reaches every process of
+    the job: the trap makes bash wait for the command it runs (whose handler may save and
+    say so) before it exits, instead of dying first and, as a container's main process,
+    taking that command down with it."""
     if spec.run.shell is None:
         return None
     unset = " ".join(unset_names(spec))
-    return f"unset {unset}\n{spec.run.shell.rstrip()}\n"
+    return f"unset {unset}\ntrap 'exit 143' TERM INT\n{spec.run.shell.rstrip()}\n"
 
 
 def launch_argv(node: NodeContext) -> list[list[str]]:
