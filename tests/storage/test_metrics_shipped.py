@@ -7,28 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import KEY_ID, REPO, SECRET
+from test_quickstart_sync import gpujob, s3_object
 
 pytestmark = pytest.mark.e2e
-GPUJOB = str(Path(sys.executable).with_name("gpujob"))
-
-
-def gpujob(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([GPUJOB, *args], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)  # fmt: skip
-
-
-def s3_object(remote: dict[str, str], key: str) -> bytes:
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=remote["url"], region_name="us-east-1",
-                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
-    return s3.get_object(Bucket=remote["bucket"], Key=key)["Body"].read()
 
 
 def test_metrics_read_from_s3_after_the_jobs_folder_is_gone(remote, tmp_path: Path) -> None:
