@@ -27,9 +27,12 @@ def test_a_hooks_metrics_csv_per_checkpoint_is_shown_from_s3_after_the_folder_is
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
     run = gpujob(env, "submit", "jobs/quickstart.yaml", "--set", "checkpoints.sync_to=t:qe",
                  "--set", f"checkpoints.on_checkpoint={HOOK}",
-                 "--set", "checkpoints.outputs=evals", "--job-id", "qs-e1")  # fmt: skip
+                 "--set", "checkpoints.outputs=evals", "--job-id", "qs-e1",
+                 # the program keeps every save (its own keep-last would delete checkpoint-20
+                 # as it saves checkpoint-60, a second later, maybe before the agent's look)
+                 "--set", "run.args=[--steps, '60', --seq-len, '64', --keep-last, '0']")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    # keep_last: 2 prunes checkpoint-20 (and its metrics.csv) here and in S3; the outputs stay
+    # gpujob's keep_last: 2 prunes checkpoint-20 (and its metrics.csv) here and in S3; the outputs stay
     assert s3_object(remote, "qe/qs-e1/checkpoint-40/metrics.csv") == b"step,acc\n40,0.40\n"
     assert s3_object(remote, "qe/qs-e1/outputs/metrics.csv") == b"step,ppl\n20,20\n40,40\n60,60\n"
     here = json.loads(gpujob(env, "metrics", "qs-e1", "--json").stdout)["evals"]
