@@ -28,7 +28,10 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
     help="SSH host(s): hosts.yaml name or user@addr[:port]; one per node, node 0 first. "
     "Or slurm:NAME[/PARTITION]: queue it on a hosts.yaml `type: slurm` cluster.",
 )  # fmt: skip
-@click.option("--up", metavar="GPU[:N]", help="Rent one host per node first, e.g. a100.")
+@click.option("--up", metavar="[GPU[:N]]", is_flag=False, flag_value="spec",
+              help="Rent one host per node first, e.g. a100; alone: the spec's GPU, the "
+              "cheapest offer of its candidates (any_of) or the first one offered (ordered), "
+              "across the clouds unless --provider names one.")  # fmt: skip
 @click.option("--provider", type=click.Choice(["lambda", "vast"]), default="lambda",
               show_default=True, help="With --up: which cloud.")  # fmt: skip
 @click.option("--runtime", type=click.Choice(["auto", "docker", "bare"]), default="auto",
@@ -87,7 +90,11 @@ def submit(**kwargs: Any) -> None:
     rungs, steps = kwargs.pop("ladder"), kwargs.pop("ladder_steps")
     _refuse_idle_flags(kwargs)
     _env_flags(kwargs)
-    if kwargs["up"]:
+    if kwargs["up"] == "spec":  # targets/cloud/candidates.py's FROM_SPEC: chosen there
+        given = click.get_current_context().get_parameter_source("provider")
+        if given is not click.core.ParameterSource.COMMANDLINE:
+            kwargs["provider"] = "any"  # candidates.ANY_CLOUD: every cloud quotes
+    elif kwargs["up"]:
         kwargs["provider"] = provider_for(kwargs["up"], kwargs["provider"])
     options = SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)
     if rungs is not None or steps is not None:

@@ -73,6 +73,11 @@ def prepare(request: LaunchRequest) -> JobInput:
     loaded = load_requested(vars(request))
     spec = loaded.spec
     _say_translation(loaded, request.dry_run)
+    if spec.resources.candidates is not None and not request.up:
+        from launcher.spec.candidates import unrented_line
+
+        say(unrented_line(loaded.where("resources", "candidates"), spec.resources.candidates,
+                          spec.resources.accelerators))  # fmt: skip
     if spec.resources.use_spot and not request.up:  # only a rental is ever interruptible
         where = "the --on hosts" if request.on else "this machine"
         say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from launcher.spec.batch import BatchSpec, batch_refusal
+from launcher.spec.candidates import Candidates
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
@@ -83,6 +84,10 @@ class Resources(StrictModel):
         description="`submit --up` rents interruptible hosts at a bid (Vast; refused on Lambda, "
         "which has none); an outbid host is stopped.",
     )
+    candidates: Candidates | None = Field(
+        default=None, description="GPUs the job can run on (SkyPilot's any_of/ordered): "
+        "`submit --up` alone rents the cheapest (or first servable) of them.",
+    )  # fmt: skip
 
     @field_validator("accelerators")
     @classmethod

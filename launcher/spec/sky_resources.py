@@ -2,9 +2,10 @@
 
 Where to rent is gpujob's choice (`--on`, this machine, SLURM, or `--up GPU --provider`), so
 SkyPilot's `cloud`, `infra`, `region` and `zone` are preferences: a warning, never a
-refusal. Candidate resources (`any_of`, `ordered`, a list or set of accelerators) become one
-node shape: the first in the task's order, named in the dry run with the others; `submit
---up GPU` takes the candidate of that GPU instead (jobs/launch.py reads `candidates`).
+refusal. Candidate resources (`any_of`, `ordered`, a list or set of accelerators) are kept
+whole in `resources.candidates` (spec/candidates.py), and the job is planned for one of them:
+the first in the task's order, or the candidate of `--up GPU` (`submit --up` alone asks the
+clouds and names the one it chose: targets/cloud/candidates.py).
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ TASK_RESOURCES = {"infra", "cloud", "region", "zone", "accelerators", "gpus", "c
 GPUJOB_RESOURCES = set(Resources.model_fields) - TASK_RESOURCES
 CANDIDATES = ("any_of", "ordered")
 ORDER_SAID = {
-    "ordered": "the first in the task's order (SkyPilot's failover order)",
-    "any_of": "the first written (SkyPilot would take the cheapest offer)",
+    "ordered": "the first in the task's order (SkyPilot's failover order); `submit --up` "
+    "alone rents the first one a cloud offers",
+    "any_of": "the first written; `submit --up` alone rents the cheapest offer of them",
 }
+CHOOSE = {"ordered": "in_order", "any_of": "cheapest"}
 AUTOSTOP_KEYS = ("idle_minutes", "down", "wait_for", "hook", "hook_timeout")
 AUTOSTOP_WAIT = "jobs_and_ssh"
 """SkyPilot's `autostop.wait_for` that gpujob's host watcher keeps: idle means no job and no
@@ -85,14 +88,15 @@ def _chosen_candidate(reader: Reader, resources: Mapping[str, Any]) -> dict[str,
         if not isinstance(entries, list) or not entries:
             raise reader.refuse(("resources", kind), "it must be a list of resources",
                                 "write `- accelerators: L4:1` entries")  # fmt: skip
-        labels = []
+        labels, spots = [], []
         for entry in entries:
             if not isinstance(entry, Mapping):
                 raise reader.refuse(("resources", kind), "each entry must be a mapping",
                                     "write `- accelerators: L4:1`")  # fmt: skip
             one = entry.get("accelerators", entry.get("gpus", accelerators))
             labels.append(_label(one) if one is not None else "(no GPU)")
-        n = _said(reader, ("resources", kind), kind, labels)
+            spots.append(entry.get("use_spot", resources.get("use_spot", False)))
+        n = _said(reader, ("resources", kind), kind, labels, spots)
         return {str(k): (("resources", kind, n, str(k)), v) for k, v in entries[n].items()}
     if isinstance(accelerators, str) and "," in accelerators:
         accelerators = [a.strip() for a in accelerators.split(",")]
@@ -104,7 +108,8 @@ def _chosen_candidate(reader: Reader, resources: Mapping[str, Any]) -> dict[str,
         ]  # fmt: skip
         labels = [_label(item) for item in items]
         kind = "ordered" if isinstance(accelerators, list) else "any_of"
-        n = _said(reader, ("resources", key), kind, labels)
+        n = _said(reader, ("resources", key), kind, labels,
+                  [resources.get("use_spot", False)] * len(labels))  # fmt: skip
         return {key: (("resources", key), labels[n])}
     return {}
 
@@ -121,10 +126,10 @@ def _gpu_key(name: str) -> str:
     return re.sub(r"[\s_-]+", "", name.partition(":")[0].lower())
 
 
-def _said(reader: Reader, loc: Path_, kind: str, labels: list[str]) -> int:
-    """The candidate taken (`--up GPU`'s, else the first), said with every candidate."""
-    wanted = _gpu_key(reader.up) if reader.up else None
-    taken = next((n for n, label in enumerate(labels) if _gpu_key(label) == wanted), None)
+def _said(reader: Reader, loc: Path_, kind: str, labels: list[str], spots: list[Any]) -> int:
+    """The candidate taken (`--up GPU`'s: the same label first, else the same GPU; else the
+    first), said with every candidate; all of them kept in `resources.candidates`."""
+    taken = _of_up(reader.up, labels) if reader.up else None
     if taken is not None:
         why = f"the candidate of `--up {reader.up}`"
     else:
@@ -132,11 +137,25 @@ def _said(reader: Reader, loc: Path_, kind: str, labels: list[str]) -> int:
         why = ORDER_SAID[kind]
         why += "; `--up GPU` takes the candidate of that GPU"
     reader.out.candidates[:] = labels
+    reader.out.data.setdefault("resources", {})["candidates"] = {
+        "choose": CHOOSE[kind],
+        "of": [{"accelerators": None if label == "(no GPU)" else label, "use_spot": spot}
+               for label, spot in zip(labels, spots, strict=True)],
+    }  # fmt: skip
+    reader.out.origins[("resources", "candidates")] = reader.where(*map(str, loc))
     reader.out.notes.append(
         f"{reader.where(*map(str, loc))}: {'.'.join(map(str, loc))}: candidates "
         f"{', '.join(labels)}: gpujob takes {labels[taken]}, {why}"
     )
     return taken
+
+
+def _of_up(up: str, labels: list[str]) -> int | None:
+    keys = [re.sub(r"\s+", "", label.lower()) for label in labels]
+    exact = re.sub(r"\s+", "", up.lower())
+    if exact in keys:
+        return keys.index(exact)
+    return next((n for n, label in enumerate(labels) if _gpu_key(label) == _gpu_key(up)), None)
 
 
 def _resource(reader: Reader, key: str, loc: Path_, value: Any) -> None:
