@@ -97,16 +97,21 @@ def _after_start(request: LaunchRequest, started: Started) -> int:
         else:
             print(job.id)
         return 0
+    from launcher.jobs.forwarding import forwarded_while
+    from launcher.state.served import ServedDB
     from launcher.supervise.watch import follow_job
+    from launcher.targets.base import target_for
 
+    served = ServedDB().get(job.id)
     try:
-        code = follow_job(
-            job,
-            follow=True,
-            opened=started.opened,
-            first_reads=started.first_reads,
-            dump_hung=bool(kept and started.keep_s),
-        )  # kept: its ranks dumped first
+        with forwarded_while(job, target_for(job), served.ports if served else [], say):
+            code = follow_job(
+                job,
+                follow=True,
+                opened=started.opened,
+                first_reads=started.first_reads,
+                dump_hung=bool(kept and started.keep_s),
+            )  # kept: its ranks dumped first
     finally:
         if kept:
             _hosts_stay(db, job.id, kept)
