@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
 from launcher.spec.both_worlds import own_spec_names, rclone_remotes
+from launcher.spec.candidates import taken
 from launcher.spec.env_flags import apply_env_flags, flag_environ, provided
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
@@ -96,6 +97,8 @@ def load_job_spec(
         raise _explain(err, origins, str(path), refusals) from None
     if refusals:
         raise _many(refusals, str(path))
+    if translation is None:  # a task's translation takes its candidate itself
+        spec = spec.model_copy(update={"resources": taken(spec.resources, up)})
     return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from launcher.spec.candidates import candidate_of
 from launcher.spec.job import Resources
 from launcher.spec.limits import parse_duration
 from launcher.spec.yaml_lines import Path_
@@ -121,15 +122,10 @@ def _label(value: Any) -> str:
     return str(value)
 
 
-def _gpu_key(name: str) -> str:
-    """SkyPilot's GPU names compare case-insensitively, `-`, `_` and spaces aside."""
-    return re.sub(r"[\s_-]+", "", name.partition(":")[0].lower())
-
-
 def _said(reader: Reader, loc: Path_, kind: str, labels: list[str], spots: list[Any]) -> int:
     """The candidate taken (`--up GPU`'s: the same label first, else the same GPU; else the
     first), said with every candidate; all of them kept in `resources.candidates`."""
-    taken = _of_up(reader.up, labels) if reader.up else None
+    taken = candidate_of(reader.up, labels) if reader.up else None
     if taken is not None:
         why = f"the candidate of `--up {reader.up}`"
     else:
@@ -150,14 +146,6 @@ def _said(reader: Reader, loc: Path_, kind: str, labels: list[str], spots: list[
     return taken
 
 
-def _of_up(up: str, labels: list[str]) -> int | None:
-    keys = [re.sub(r"\s+", "", label.lower()) for label in labels]
-    exact = re.sub(r"\s+", "", up.lower())
-    if exact in keys:
-        return keys.index(exact)
-    return next((n for n, label in enumerate(labels) if _gpu_key(label) == _gpu_key(up)), None)
-
-
 def _resource(reader: Reader, key: str, loc: Path_, value: Any) -> None:
     reader.known(loc, TASK_RESOURCES, GPUJOB_RESOURCES)
     if key in RESOURCES_REFUSED:
@@ -175,7 +163,7 @@ def _resource(reader: Reader, key: str, loc: Path_, value: Any) -> None:
         reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
     elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
         reader.put(("resources", "use_spot"), loc, value)
-    elif key == "ports":  # forwarded over SSH by `gpujob port-forward` (spec/web.py)
+    elif key == "ports":  # forwarded over SSH by submit and port-forward (spec/web.py)
         reader.put(("ports",), loc, value)
     elif key == "max_hourly_cost":
         reader.put(("resources", "max_hourly_cost"), loc, value)

@@ -105,3 +105,20 @@ def test_submit_up_alone_with_no_candidate_servable(
     (line,) = [x for x in result.stderr.splitlines() if "error" in x]
     assert "no candidate can be rented (A10G:1: lambda: sells no a10g" in line
     assert "A100:1: lambda: no offer for a100:1 under $0.20/h" in line
+
+
+def test_a_gpujob_spec_with_candidates_is_planned_for_the_one_rented(
+    tmp_path: Path, gpujob: Callable, clouds: None
+) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: n\nimage: host\nresources:\n  candidates:\n    choose: cheapest\n"
+                    "    of:\n      - accelerators: A100:8\n      - accelerators: L4:1\n"
+                    "run:\n  entrypoint: train.py\n")  # fmt: skip
+    here = gpujob("submit", str(spec), "--dry-run")
+    assert "the job is planned for A100:8; nothing is rented here" in here.stderr
+    assert "SKYPILOT_NUM_GPUS_PER_NODE=8" in here.stdout.replace("export ", "")
+    rented = gpujob("submit", str(spec), "--up", "--dry-run")
+    assert rented.exit_code == 0, rented.stderr
+    assert "renting L4:1 on vast at $0.28/h per host, the cheapest offer" in rented.stderr
+    assert "SKYPILOT_NUM_GPUS_PER_NODE=1" in rented.stdout.replace("export ", "")
