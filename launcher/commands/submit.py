@@ -55,11 +55,10 @@ def _submit(request: LaunchRequest, rent: Rent | None) -> int:
             "0 before the start, verified")  # fmt: skip
         request = replace(request, resume_from=found.name)
         before_start = pull_onto_head(Checkpoint(found.name, found.step, found.remote))
-    if request.up:
-        from launcher.targets.cloud.candidates import FROM_SPEC, choose_rental
+    if request.up:  # `--up` alone: the spec's candidates quoted, one taken
+        from launcher.targets.cloud.candidates import rental_of
 
-        if request.up == FROM_SPEC:  # `--up` alone: the spec's candidates quoted, one taken
-            request = choose_rental(request)
+        request = rental_of(request)
     started = launch(request, target_for_request(request, rent), before_start)
     if started is None:  # a dry run: printed
         return 0

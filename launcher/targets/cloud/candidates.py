@@ -110,6 +110,11 @@ def quotes_for(
     return quotes
 
 
+def rental_of(request: LaunchRequest) -> LaunchRequest:
+    """The request as it rents: `--up` alone chosen here (said), any other as given."""
+    return choose_rental(request) if request.up == FROM_SPEC else request
+
+
 def choose_rental(request: LaunchRequest) -> LaunchRequest:
     """`--up` alone: the spec's candidates (or its one GPU) quoted, one chosen and said; the
     request comes back as `--up GPU --provider CLOUD`."""
