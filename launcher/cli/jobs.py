@@ -90,6 +90,12 @@ def submit(**kwargs: Any) -> None:
     if kwargs["up"]:
         kwargs["provider"] = provider_for(kwargs["up"], kwargs["provider"])
     options = SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)
+    from launcher.spec.job_group import is_group_file
+
+    if is_group_file(options.spec_path) and rungs is None and steps is None:
+        from launcher.commands.group_submit import submit_group
+
+        sys.exit(submit_group(options))
     if rungs is not None or steps is not None:
         from launcher.commands.ladder import ladder
 
@@ -203,6 +209,8 @@ def status(as_json: bool, limit: int) -> None:
         click.echo("no jobs yet; try: gpujob init quickstart && gpujob submit quickstart.yaml")
         return
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
+    if any(row.get("group") for row in rows):  # a job group's tasks: GROUP/task
+        columns = (columns[0], "group", *columns[1:])
     if any(row.get("recovery") for row in rows):
         columns = (*columns[:-1], "recovery", columns[-1])
     if any(row.get("metrics") for row in rows):  # the headline figure, before the warning
