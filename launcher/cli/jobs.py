@@ -80,7 +80,9 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               help="With --ladder: steps per rung (GPUJOB_MAX_STEPS, which the job honours); "
               "without it, each rung ends at its first complete checkpoint.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
-    """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
+    """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code.
+    A SkyPilot job group (a header document with `execution: parallel`, then one document per
+    task) starts every task together, each its own job, followed as one group."""
     from launcher.commands.submit import SubmitOptions
     from launcher.commands.submit import submit as run_submit
 
@@ -164,7 +166,8 @@ def _refuse_idle_flags(kwargs: dict[str, Any]) -> None:
 @click.option("--node", type=int, help="Only this node's log (multi-node jobs).")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
-    """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
+    """Print a job's log (JOB: id, id prefix, or name for the newest of that name); a job
+    group's id or name: every task's log, each line prefixed by its task."""
     from launcher.commands.logs import logs as show_logs
 
     sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
@@ -229,7 +232,8 @@ def status(as_json: bool, limit: int) -> None:
 @click.option("--grace", default=30.0, show_default=True, help="Seconds between TERM and KILL.")
 @click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
 def cancel(job: str, grace: float, dry_run: bool) -> None:
-    """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
+    """Stop every node of a job: SIGTERM, then SIGKILL after the grace period. A job
+    group's id or name stops every task of the group."""
     from launcher.commands.cancel import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))
