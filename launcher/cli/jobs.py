@@ -94,10 +94,10 @@ def submit(**kwargs: Any) -> None:
     options = SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)
     from launcher.spec.job_group import is_group_file
 
-    if is_group_file(options.spec_path) and rungs is None and steps is None:
+    if is_group_file(options.spec_path):
         from launcher.commands.group_submit import submit_group
 
-        sys.exit(submit_group(options))
+        sys.exit(submit_group(options, ladder=rungs is not None or steps is not None))
     if rungs is not None or steps is not None:
         from launcher.commands.ladder import ladder
 

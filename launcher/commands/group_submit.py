@@ -23,14 +23,19 @@ from launcher.spec.job_group import JobGroup, by_line, group_env, read_group
 from launcher.targets.base import LaunchRequest, target_for_request
 
 LOOPBACK = "127.0.0.1"
+NOT_YET = (
+    ("up", "--up", "run it on this machine or give --on hosts, one per node in task order"),
+    ("job_id", "--job-id", "leave --job-id out: each task gets its own job id"),
+    ("resume_path", "--resume-from", "resume in the task's own `run:` instead"),
+    ("ladder", "--ladder", "ladder one task: copy its document to a file of its own"),
+)
+"""submit's options a group does not take yet: (request field, flag, what to do)."""
 
 
-def submit_group(request: LaunchRequest) -> int:
-    for given, flag in ((request.up, "--up"), (request.job_id, "--job-id"),
-                        (request.resume_path, "--resume-from")):  # fmt: skip
-        if given:
-            raise UsageError(f"{flag} is not supported for a job group yet",
-                             f"leave {flag} out: each task gets its own job id")  # fmt: skip
+def submit_group(request: LaunchRequest, *, ladder: bool = False) -> int:
+    for given, flag, hint in NOT_YET:
+        if getattr(request, given, None) or (given == "ladder" and ladder):
+            raise UsageError(f"{flag} is not supported for a job group yet", hint)
     group = read_group_checked(request)
     hosts = _hosts_by_task(group, request.on)
     env = group_env(group, {task: placed[0] or LOOPBACK for task, placed in hosts.items()})
@@ -42,10 +47,12 @@ def submit_group(request: LaunchRequest) -> int:
         return _dry_run(group, requests)
     record = _start_all(group, requests)
     from launcher.supervise.group_watch import follow_group, start_watcher
+    from launcher.supervise.group_watch import log_path as watch_log
 
-    pid = start_watcher(record)
-    if pid is not None and any(not m.primary for m in record.members):
-        say(f"group watcher pid {pid}: once the primary tasks end, it stops the others")
+    if any(not m.primary for m in record.members):  # else each task simply runs to its end
+        pid = start_watcher(record)
+        say(f"group watcher pid {pid}: once the primary tasks end, it stops the others (its "
+            f"log: {watch_log(record.id)})")  # fmt: skip
     if request.detach:
         if request.as_json:
             from dataclasses import asdict

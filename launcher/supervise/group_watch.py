@@ -4,8 +4,9 @@ follow, each task's log line prefixed by its task's name (`[trainer] step 10 ...
 
 The follow runs one `gpujob logs JOB -f` per task, so each task's log is followed exactly as
 a one-job follow is (offsets, recovery attempts, its keeper when the follow stops); the
-watcher is detached, one per group (its lock), so the rule holds with `--detach` too and
-after the terminal closes.
+watcher, started only for a group with auxiliary tasks (without, each task runs to its own
+end), is detached, one per group (its lock), so the rule holds with `--detach` too and after
+the terminal closes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from launcher.jobs.group import (
 from launcher.state.db import StateDB
 from launcher.supervise.detached import spawn, try_lock
 
-POLL_S = 1.0
+POLL_S = 2.0
+"""Each poll asks every task's nodes (one SSH command per remote host)."""
 STOP_GRACE_S = 10.0
 
 

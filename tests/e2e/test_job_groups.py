@@ -112,3 +112,18 @@ def test_a_cancel_of_the_group_stops_every_task(tmp_path: Path, state: dict[str,
         pids = subprocess.run(["pgrep", "-f", f"jobs/{row['id']}/"], capture_output=True,
                               text=True, check=False).stdout.split()  # fmt: skip
         assert not pids, (row["id"], pids)
+
+
+def test_auxiliary_tasks_are_stopped_once_the_primary_task_ends(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    (tmp_path / "group.yaml").write_text(
+        "name: with-helper\nexecution: parallel\nprimary_tasks: [main]\ntermination_delay: 1s\n"
+        "---\nname: main\nrun: sleep 2; echo main done\n"
+        "---\nname: helper\nrun: echo helping; sleep 300\n"
+    )
+    result = gpujob(state, "submit", "group.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]  # the group's code: its primary task's
+    assert "[main] main done" in result.stdout.splitlines()
+    states = {task: row["state"] for task, row in jobs_of(state).items()}
+    assert states == {"main": "succeeded", "helper": "cancelled"}

@@ -140,10 +140,15 @@ def test_on_hosts_must_give_one_per_node_in_task_order(tmp_path: Path, gpujob: C
         result.stderr)  # fmt: skip
 
 
-def test_renting_for_a_group_is_refused_in_one_line(tmp_path: Path, gpujob: Callable) -> None:
-    result = gpujob("submit", str(write(tmp_path, GROUP)), "--dry-run", "--up", "a100")
+@pytest.mark.parametrize("flags, refused", [
+    (("--up", "a100"), "--up"), (("--ladder", "1,2"), "--ladder"), (("--job-id", "x"), "--job-id"),
+])  # fmt: skip
+def test_what_a_group_does_not_take_yet_is_one_line(
+    tmp_path: Path, gpujob: Callable, flags: tuple[str, ...], refused: str
+) -> None:
+    result = gpujob("submit", str(write(tmp_path, GROUP)), "--dry-run", *flags)
     assert result.exit_code == 2
-    assert "--up is not supported for a job group yet" in result.stderr
+    assert f"gpujob: error: {refused} is not supported for a job group yet" in result.stderr
 
 
 def job(job_id: str, state: str, code: int | None = None) -> JobRecord:
