@@ -39,6 +39,11 @@ DURATION = re.compile(r"(\d+)([smhdw]?)")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 GROUP_NAME_ENV = "SKYPILOT_JOBGROUP_NAME"
 HOST_ENV = "SKYPILOT_JOBGROUP_HOST_{}"
+SKY_HOSTNAME = re.compile(
+    r"([A-Za-z0-9_-]+?)-(\d+)\.(\$\{?SKYPILOT_JOBGROUP_NAME\}?|[A-Za-z0-9_-]+)"
+)
+"""`trainer-0.${SKYPILOT_JOBGROUP_NAME}` (or the group's name written out): SkyPilot's host
+names, which resolve only through the /etc/hosts entries SkyPilot writes on its clusters."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,8 @@ def read_group(path: Path) -> JobGroup:
     if not tasks:
         errors.append(f"{path}:{header.line}: a job group needs at least one task document "
                       "after its header")  # fmt: skip
+    for document in tasks:
+        warnings += _hostnames(document, str(name), names, at)
     primary = _primary(header, names, at, errors)
     delays = _delays(header, names, at, errors)
     group_tasks = tuple(GroupTask(task, count, not primary or task in primary)
@@ -191,6 +198,24 @@ def by_line(errors: list[str], path: Path) -> ManyUsageErrors:
         return int(number) if text.startswith(f"{path}:") and number.isdigit() else 0
 
     return ManyUsageErrors(sorted(dict.fromkeys(errors), key=line))
+
+
+def _hostnames(document: Document, group: str, names: list[str], at: Any) -> list[str]:
+    """A `run:`/`setup:` that dials a task by SkyPilot's host name: said, with the variable
+    that holds the address here."""
+    found = []
+    data = document.data if isinstance(document.data, dict) else {}
+    for key in ("setup", "run"):
+        text = data.get(key)
+        for match in SKY_HOSTNAME.finditer(text if isinstance(text, str) else ""):
+            task, node, suffix = match.groups()
+            if task not in names or (not suffix.startswith("$") and suffix != group):
+                continue
+            better = f"${host_env_name(task)}" if node == "0" else "its node's address"
+            found.append(f"{at(document, key)}: {key}: `{match[0]}` is SkyPilot's host name, "
+                         "resolved only by the /etc/hosts entries SkyPilot writes on its "
+                         f"clusters; gpujob writes none: use {better}")  # fmt: skip
+    return found
 
 
 def _primary(header: Document, names: list[str], at: Any, errors: list[str]) -> list[str]:

@@ -186,3 +186,26 @@ def test_without_primary_tasks_a_failed_task_leaves_the_others_running() -> None
     assert (decision.stop, decision.ended) == ((), False)
     decision = decide(record, {"a": job("a", "failed", 1), "b": job("b", "succeeded", 0)})
     assert (decision.ended, decision.exit_code) == (True, 1)
+
+
+def test_skypilots_host_names_in_a_run_block_are_said_with_the_variable_to_use(
+    tmp_path: Path, gpujob: Callable
+) -> None:
+    path = write(tmp_path, (
+        "name: rl\nexecution: parallel\n---\nname: data-server\nrun: python serve.py\n---\n"
+        "name: trainer\n"
+        "run: |\n"                                                   # 8
+        "  python train.py --data data-server-0.${SKYPILOT_JOBGROUP_NAME}:8000 \\\n"
+        "    --peer data-server-1.rl:8000 --other rl-0.rl\n"
+    ))  # fmt: skip
+    result = gpujob("submit", str(path), "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "SkyPilot's host name" in line]
+    assert warned == [
+        f"gpujob: warning: {path}:8: run: `data-server-0.${{SKYPILOT_JOBGROUP_NAME}}` is "
+        "SkyPilot's host name, resolved only by the /etc/hosts entries SkyPilot writes on its "
+        "clusters; gpujob writes none: use $SKYPILOT_JOBGROUP_HOST_DATA_SERVER",
+        f"gpujob: warning: {path}:8: run: `data-server-1.rl` is SkyPilot's host name, resolved "
+        "only by the /etc/hosts entries SkyPilot writes on its clusters; gpujob writes none: "
+        "use its node's address",
+    ]
