@@ -106,23 +106,26 @@ def read_documents(path: Path) -> list[Document]:
 
 
 def is_group_file(path: str | Path) -> bool:
-    """A file of two documents or more whose first is a mapping with `execution: parallel`
-    (SkyPilot's test, `_is_job_group_configs`). A file that cannot be read is not one: its
-    own loader says why."""
+    """A file whose first YAML document is a mapping with `execution: parallel` (SkyPilot's
+    test, `_is_job_group_configs`): only that document is read, so a mistake further on is
+    reported by the group's loader at its line, not as a stray second document. A file that
+    cannot be read is not one: its own loader says why."""
     try:
         with Path(path).open("rb") as file:
             head = file.read(1 << 20)
     except OSError:
         return False
-    if b"execution" not in head or b"\n---" not in head:  # most specs, without parsing
+    if b"execution" not in head:  # most specs, without parsing
         return False
+    loader = _BoundedLoader(head.decode("utf-8", "replace"), str(path))
     try:
-        documents = read_documents(Path(path))
-    except GpujobError:
+        node = loader.get_node() if loader.check_node() else None
+        first = loader.construct_document(node) if node is not None else None
+    except (yaml.YAMLError, GpujobError):
         return False
-    first = documents[0].data if documents else None
-    return len(documents) >= 2 and isinstance(first, Mapping) and first.get(
-        "execution") == "parallel"  # fmt: skip
+    finally:
+        loader.dispose()
+    return isinstance(first, Mapping) and first.get("execution") == "parallel"
 
 
 def task_document(path: Path, task: str) -> tuple[dict[str, Any], dict[Path_, int]]:

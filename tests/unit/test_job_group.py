@@ -63,7 +63,8 @@ def test_every_task_is_given_the_group_and_each_tasks_address(tmp_path: Path) ->
     ("name: one\nrun: echo hi\n", False),
     ("name: pipeline\n---\nname: a\nrun: echo a\n", False),  # serial: a pipeline
     ("name: g\nexecution: serial\n---\nname: a\nrun: echo a\n", False),
-    ("name: g\nexecution: parallel\n", False),  # a header alone
+    ("name: g\nexecution: parallel\n", True),  # a header alone: its loader says what lacks
+    ("name: g\nexecution: parallel\n---\nname: a\nrun: [unclosed\n", True),
 ])  # fmt: skip
 def test_a_group_file_is_one_whose_header_says_parallel(
     tmp_path: Path, text: str, expected: bool
@@ -209,3 +210,18 @@ def test_skypilots_host_names_in_a_run_block_are_said_with_the_variable_to_use(
         "only by the /etc/hosts entries SkyPilot writes on its clusters; gpujob writes none: "
         "use its node's address",
     ]
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("name: g\nexecution: parallel\n", 1, "a job group needs at least one task document"),
+    ("name: g\nexecution: parallel\n---\nname: a\nrun: echo a\n---\nname: b\nrun: [x\n",
+     9, "YAML syntax error"),  # the stream ends inside the list opened at line 8
+])  # fmt: skip
+def test_a_broken_group_is_reported_as_a_group_at_its_line(
+    tmp_path: Path, gpujob: Callable, text: str, line: int, message: str
+) -> None:
+    path = write(tmp_path, text)
+    result = gpujob("submit", str(path), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"gpujob: error: {path}:{line}"), result.stderr
+    assert message in result.stderr
