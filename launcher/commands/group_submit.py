@@ -67,8 +67,11 @@ def submit_group(request: LaunchRequest, *, ladder: bool = False) -> int:
 
 
 def read_group_checked(request: LaunchRequest) -> JobGroup:
-    """The header and every task loaded, every error of every document in one error."""
+    """The header and every task loaded, every error of every document in one error, with
+    what each task's own launch would refuse (a missing workdir, the script's hazards) so
+    that no task starts when a later one cannot."""
     from launcher.spec.load import load_job_spec
+    from launcher.spec.shell_hazards import script_hazards
 
     group = read_group(Path(request.spec_path))
     for line in group.warnings:
@@ -76,10 +79,14 @@ def read_group_checked(request: LaunchRequest) -> JobGroup:
     errors = list(group.errors)
     for task in group.tasks:
         try:
-            load_job_spec(request.spec_path, request.sets, envs=request.envs,
-                          secrets=request.secrets, task=task.name)  # fmt: skip
+            loaded = load_job_spec(request.spec_path, request.sets, envs=request.envs,
+                                   secrets=request.secrets, task=task.name)  # fmt: skip
         except GpujobError as err:
             errors += err.lines()
+            continue
+        errors += script_hazards(loaded)[0]
+        if loaded.workdir is not None and not loaded.workdir.is_dir():
+            errors.append(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     if errors:
         raise by_line(errors, group.path)
     return group

@@ -225,3 +225,14 @@ def test_a_broken_group_is_reported_as_a_group_at_its_line(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"gpujob: error: {path}:{line}"), result.stderr
     assert message in result.stderr
+
+
+def test_a_later_tasks_refusal_comes_before_any_task_starts(
+    tmp_path: Path, gpujob: Callable
+) -> None:
+    path = write(tmp_path, "name: g\nexecution: parallel\n---\nname: a\nrun: echo a\n---\n"
+                           "name: b\nworkdir: missing\nrun: echo b\n")  # fmt: skip
+    result = gpujob("submit", str(path))  # not a dry run: the fixture fails any start
+    assert result.exit_code == 2, result.stderr
+    assert f"gpujob: error: {path}:8: workdir: " in result.stderr
+    assert "is not a folder" in result.stderr
