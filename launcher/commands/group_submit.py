@@ -121,14 +121,30 @@ def _hosts_by_task(group: JobGroup, on: tuple[str, ...]) -> Placed:
 
 
 def _dry_run(group: JobGroup, requests: list[LaunchRequest]) -> int:
+    """Each task's plan in turn; with --json, one document: the group and each task's plan
+    as `submit --dry-run --json` prints a job's."""
+    import contextlib
+    import io
+
     from launcher.jobs.launch import launch
 
     say(f"dry run: job group {group.name}: {len(requests)} task(s) started together")
+    plans = []
     for task, request in zip(group.tasks, requests, strict=True):
         role = "primary" if task.primary else f"auxiliary (stopped {group.delay(task.name):g}s "
         role += "" if task.primary else "after the primary tasks end)"
         say(f"task {task.name} ({role}):")
-        launch(request, target_for_request(request))
+        if not request.as_json:
+            launch(request, target_for_request(request))
+            continue
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            launch(request, target_for_request(request))
+        plans.append(
+            {"task": task.name, "primary": task.primary, "plan": json.loads(text.getvalue())}
+        )
+    if plans:
+        print(json.dumps({"group": group.name, "tasks": plans}, indent=2))
     return 0
 
 

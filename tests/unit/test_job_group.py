@@ -236,3 +236,18 @@ def test_a_later_tasks_refusal_comes_before_any_task_starts(
     assert result.exit_code == 2, result.stderr
     assert f"gpujob: error: {path}:8: workdir: " in result.stderr
     assert "is not a folder" in result.stderr
+
+
+def test_the_json_dry_run_is_one_document_of_every_tasks_plan(
+    tmp_path: Path, gpujob: Callable
+) -> None:
+    import json
+
+    result = gpujob("submit", str(write(tmp_path, GROUP.replace("num_nodes: 2\n", ""))),
+                    "--dry-run", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["group"] == "rl"
+    assert [(t["task"], t["primary"]) for t in shown["tasks"]] == [
+        ("trainer", True), ("reward-server", False)]  # fmt: skip
+    assert "SKYPILOT_JOBGROUP_HOST_TRAINER=127.0.0.1" in json.dumps(shown["tasks"][1]["plan"])
