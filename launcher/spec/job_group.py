@@ -88,8 +88,6 @@ def read_documents(path: Path) -> list[Document]:
         while loader.check_node():
             node = loader.get_node()
             lines: dict[Path_, int] = {}
-            if node is None:
-                continue
             record_lines(node, (), lines)
             data = loader.construct_document(node)
             documents.append(Document(data, lines, node.start_mark.line + 1))
@@ -143,7 +141,9 @@ def read_group(path: Path) -> JobGroup:
     """The header and each task's name, node count and role, with every mistake of the
     header and of the tasks' names (the tasks' own fields: spec/load.py, per task)."""
     documents = read_documents(path)
-    header, tasks = documents[0], documents[1:]
+    header = documents[0]
+    # an empty document (a trailing `---`) is skipped, as SkyPilot skips it
+    tasks = [document for document in documents[1:] if document.data is not None]
     errors: list[str] = []
     warnings: list[str] = []
 

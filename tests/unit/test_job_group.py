@@ -251,3 +251,8 @@ def test_the_json_dry_run_is_one_document_of_every_tasks_plan(
     assert [(t["task"], t["primary"]) for t in shown["tasks"]] == [
         ("trainer", True), ("reward-server", False)]  # fmt: skip
     assert "SKYPILOT_JOBGROUP_HOST_TRAINER=127.0.0.1" in json.dumps(shown["tasks"][1]["plan"])
+
+
+def test_an_empty_document_is_skipped_as_skypilot_skips_it(tmp_path: Path) -> None:
+    group = read_group(write(tmp_path, GROUP + "---\n"))
+    assert [t.name for t in group.tasks] == ["trainer", "reward-server"] and not group.errors
