@@ -49,8 +49,9 @@ THE_JOBS_OWN = ("GPUJOB_CAPTURE_EVERY", "GPUJOB_CAPTURE_STEPS")
 def reserved_env(name: str) -> str | None:
     """Why `name` may not be set by the spec, or None: gpujob sets it on every node (run.sh
     exports it after the spec's own), so the spec's value would be silently replaced.
-    SKYPILOT_DOCKER_* are a registry login, not a node variable (skypilot-task.md §2)."""
-    if name.startswith("SKYPILOT_DOCKER_") or name in THE_JOBS_OWN:
+    SKYPILOT_DOCKER_* are a registry login, not a node variable (skypilot-task.md §2);
+    SKYPILOT_JOBGROUP_* reach a job group's tasks through their envs (spec/job_group.py)."""
+    if name.startswith(("SKYPILOT_DOCKER_", "SKYPILOT_JOBGROUP_")) or name in THE_JOBS_OWN:
         return None
     if name.startswith(("GPUJOB_", "SKYPILOT_")) or name in GPUJOB_SETS:
         return f"`{name}` is set by gpujob on every node (the node's own value); rename it"

@@ -1,7 +1,7 @@
 """SkyPilot 0.13-0.14 fields that gpujob reads and does not honour (yet), each one line that
 names the field, says why, and what to do: instead of an unknown-key error, and alongside
 every other error of the file (skypilot.py's `reader.collect()`). Run-time work for later
-(hooks, a git workdir, hf:// sources, job groups) says "not supported yet by gpujob"; what
+(hooks, a git workdir, hf:// sources, pipelines of tasks) says "not supported yet by gpujob"; what
 changes SkyPilot itself (`service:`, most `config:` keys) says that gpujob has no such thing.
 """
 
@@ -21,9 +21,12 @@ CONFIG_NOT_YET = {
                "leave them out; gpujob runs the container with the GPUs and /dev/shm"),
 }  # fmt: skip
 """`config:` keys gpujob may honour later."""
-GROUPS = (f"job groups (several YAML documents: a pipeline, or `execution: parallel` "
-          f"tasks) are {NOT_YET}")  # fmt: skip
-GROUPS_FIX = "submit each document as its own file (one task each)"
+GROUPS = (f"several YAML documents without `execution: parallel` in the first (a SkyPilot "
+          f"pipeline: tasks one after another) are {NOT_YET}; a job group is read only by "
+          "`gpujob submit`")  # fmt: skip
+GROUPS_FIX = ("for tasks that run side by side, begin with a header document (`name:` and "
+              "`execution: parallel`) and `gpujob submit` it; else submit each document as "
+              "its own file")  # fmt: skip
 
 
 def sky_config(reader: Reader) -> None:

@@ -35,8 +35,11 @@ NOT_YET = "not supported yet by gpujob"
         "load balancer) is SkyPilot's own); gpujob runs jobs, not services: serve with SkyPilot, "
         "or run the server in `run:` and reach it with `gpujob port-forward`"]),
     ("name: trainer\n---\nname: rollout\n", [
-        f"2: job groups (several YAML documents: a pipeline, or `execution: parallel` tasks) are "
-        f"{NOT_YET}. submit each document as its own file (one task each)"]),
+        "2: several YAML documents without `execution: parallel` in the first (a SkyPilot "
+        f"pipeline: tasks one after another) are {NOT_YET}; a job group is read only by "
+        "`gpujob submit`. for tasks that run side by side, begin with a header document "
+        "(`name:` and `execution: parallel`) and `gpujob submit` it; else submit each document "
+        "as its own file"]),
 ])  # fmt: skip
 def test_one_line_each_naming_the_field(
     tmp_path: Path, gpujob: Callable, text: str, lines: list[str]
@@ -45,7 +48,7 @@ def test_one_line_each_naming_the_field(
     path.write_text(text + "run: echo hi\n" if "---" not in text else
                     "run: echo 1\n" + text + "run: echo 2\n")  # fmt: skip
     if "---" in text:
-        lines = [line.replace("2: job", "3: job", 1) for line in lines]
+        lines = [line.replace("2: several", "3: several", 1) for line in lines]
     result = gpujob("submit", str(path), "--dry-run")
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [f"gpujob: error: {path}:{line}" for line in lines]
