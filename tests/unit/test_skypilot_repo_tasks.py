@@ -28,7 +28,8 @@ CASES = [
     ("llm__llama-3__llama3.yaml", False, [(61, "service", SERVICE)]),
     ("llm__gpt-2__gpt2-train.yaml", False, [(21, "file_mounts.~/.cache/huggingface",
                                              f"(gs://gpt2-data-skypilot) {NOT_YET_BUCKETS}")]),
-    ("llm__gpt-2__gpt2-pipeline.yaml", False, [(27, "several YAML documents", "not supported yet by gpujob")]),
+    ("llm__gpt-2__gpt2-pipeline.yaml", False,
+     [(27, "several YAML documents", "not supported yet by gpujob")]),
     ("llm__llama-3_1-finetuning__lora.yaml", True, [(27, "file_mounts./output",
                                                      f"(a storage object) {NOT_YET_BUCKETS}")]),
     # a local job writes only inside its folder: /sft is for a host (--on, --up) or a container
