@@ -44,7 +44,7 @@ NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
                  str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE),
-                 *METRICS_SOURCES)  # fmt: skip
+                 *METRICS_SOURCES, str(Path(__file__).with_name("lifecycle_hooks.py")))  # fmt: skip
 
 REPLAY_SOURCE = Path(__file__).with_name("replay_run.py")
 """`gpujob replay`'s runner, beside the checkpoint modules where the step replays (not a job's)."""

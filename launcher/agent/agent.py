@@ -12,6 +12,7 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
     gpujob-agent.py cancel NODE_DIR [S] [--agent-gone]  SIGTERM the job, SIGKILL what is
                                           left after S seconds, whatever its supervisor's
                                           state (stopping.py)
+    gpujob-agent.py hooks NODE_DIR EVENT  the job's lifecycle hooks of EVENT (lifecycle_hooks.py)
     gpujob-agent.py read NODE_DIR OFFSET [WAIT]  the log from OFFSET to stdout, status to
                                           stderr; WAIT s for new bytes if there are none
 """
@@ -33,6 +34,7 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from hung import cancel_args
+from lifecycle_hooks import EVENTS, run_hooks
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from log_read import last_line, log_size, read
 from metrics import GpuProbe
@@ -348,7 +350,7 @@ def _checkpoint_watch(
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("start", "status", "cancel", "read"):
+    if len(argv) < 2 or argv[0] not in ("start", "status", "cancel", "read", "hooks"):
         sys.stderr.write(__doc__ or "")
         return 2
     node_dir = Path(argv[1]).resolve()
@@ -359,7 +361,11 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "cancel":  # [GRACE] [--agent-gone] [--dump-first]
         grace_s, gone = cancel_args(node_dir, argv[2:])
+        run_hooks(node_dir, "stop")  # before the SIGTERM, while the job's files are there
         return cancel(node_dir, grace_s, agent_gone=gone)
+    if argv[0] == "hooks":  # EVENT: `preemption` or `down` (lifecycle_hooks.py)
+        event = argv[2] if len(argv) > 2 else ""
+        return min(run_hooks(node_dir, event), 1) if event in EVENTS else 2
     wait_s = float(argv[3]) if len(argv) > 3 else 0.0
     return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 

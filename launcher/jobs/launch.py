@@ -109,7 +109,8 @@ def prepare(request: LaunchRequest) -> JobInput:
         agent_modules=(*AGENT_MODULES, *[NOTIFY_SOURCE] * bool(hooks)),
         job_modules=(str(CAPTURE_SOURCE),),
         user=user_name(),
-        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
+        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts}
+        | {f"hf:{dst}": loaded.where("hf_mounts", dst) for dst in spec.hf_mounts},
         notify=hooks,
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)
