@@ -83,11 +83,16 @@ def hf_source(url: str) -> HfSource:
 
 
 def checked_hf_mounts(value: dict[str, str]) -> dict[str, str]:
+    """Each destination as file_mounts' are, each source an `hf://` one; blamed on its line."""
     from launcher.spec.file_mounts import destination_problem
+    from launcher.spec.run import FieldError
 
     for dst, src in value.items():
         problem = destination_problem(dst)
-        if problem:
-            raise ValueError(f"{dst}: {problem}")
-        hf_source(src)
+        try:
+            if problem:
+                raise ValueError(problem)
+            hf_source(src)
+        except ValueError as err:
+            raise FieldError(("hf_mounts", dst), str(err)) from None
     return value

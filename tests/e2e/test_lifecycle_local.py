@@ -1,0 +1,144 @@
+"""SkyPilot 0.14's lifecycle hooks and git workdir, run for real on this machine through the
+real CLI and agent: a cancel runs the task's stop hooks before the SIGTERM (one failing and
+one past its timeout do not hold it up) and `gpujob logs` shows what they printed; a
+`workdir: {url, ref}` is cloned at the ref into the job's workdir from a bare repository
+served by file:// (loopback only), and an unknown ref fails the submit in one clear line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))
+
+HOOKED = """\
+name: hooked
+envs:
+  GREETING: hello-from-envs
+config:
+  hooks:
+    - run: echo "first hook fails"; exit 3
+      events: [stop]
+    - run: sleep 60
+      events: [stop]
+      timeout: 1
+    - run: echo "hook saw $GREETING at $GPUJOB_LIFECYCLE_EVENT in $(basename $(pwd))"
+    - run: echo "preempted, saving"
+      events: [preemption]
+run: |
+  echo job running
+  sleep 300
+"""
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+
+
+def gpujob(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GPUJOB, *args], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+def _job_id(submitted: subprocess.CompletedProcess[str]) -> str:
+    assert submitted.returncode == 0, submitted.stderr
+    found = re.search(r"gpujob logs (\S+) -f", submitted.stdout + submitted.stderr)
+    assert found, submitted.stderr
+    return found[1]
+
+
+def _wait_running(env: dict[str, str], job_id: str) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        result = gpujob(env, "status", "--json")
+        row = next(r for r in json.loads(result.stdout)["jobs"] if r["id"] == job_id)
+        if row["state"] == "running" and "job running" in gpujob(env, "logs", job_id).stdout:
+            return row
+        time.sleep(0.3)
+    raise AssertionError(f"{job_id} never ran")
+
+
+def test_a_cancel_runs_the_stop_hooks_and_logs_show_them(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    spec = tmp_path / "task.yaml"
+    spec.write_text(HOOKED)
+    job_id = _job_id(gpujob(state, "submit", str(spec), "-d"))
+    _wait_running(state, job_id)
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / job_id / "node-0"
+    # what a host's preemption notice does (lifecycle_hooks.py): the hooks of that event
+    agent = [sys.executable, str(node_dir.parent / "gpujob-agent.py")]
+    noticed = subprocess.run([*agent, "hooks", str(node_dir), "preemption"], check=False,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert noticed.returncode == 0, noticed.stderr
+
+    started = time.monotonic()
+    cancelled = gpujob(state, "cancel", job_id, "--grace", "5")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert time.monotonic() - started < 30  # the 60 s hook was stopped at its 1 s timeout
+    log = gpujob(state, "logs", job_id).stdout.splitlines()
+    agent_lines = [line for line in log if "lifecycle hook" in line or "cancel:" in line]
+    assert agent_lines == [
+        "[gpujob-agent] lifecycle hook 1/2 (preemption): running (timeout 3600 s)",
+        "[gpujob-agent] lifecycle hook 1/2 (preemption): done",
+        "[gpujob-agent] lifecycle hook 2/2 (preemption): running (timeout 3600 s)",
+        "[gpujob-agent] lifecycle hook 2/2 (preemption): done",
+        "[gpujob-agent] lifecycle hook 1/3 (stop): running (timeout 3600 s)",
+        "[gpujob-agent] lifecycle hook 1/3 (stop): exited 3; the stop goes on",
+        "[gpujob-agent] lifecycle hook 2/3 (stop): running (timeout 1 s)",
+        "[gpujob-agent] lifecycle hook 2/3 (stop): timed out after 1 s and was stopped; the "
+        "stop goes on",
+        "[gpujob-agent] lifecycle hook 3/3 (stop): running (timeout 3600 s)",
+        "[gpujob-agent] lifecycle hook 3/3 (stop): done",
+        "[gpujob-agent] cancel: SIGTERM to the job, SIGKILL after 5 s",
+    ]
+    assert "hook saw hello-from-envs at preemption in workdir" in log  # every event by default
+    assert "preempted, saving" in log
+    assert "first hook fails" in log
+    assert "hook saw hello-from-envs at stop in workdir" in log
+    rows = json.loads(gpujob(state, "status", "--json").stdout)["jobs"]
+    assert next(r for r in rows if r["id"] == job_id)["state"] == "cancelled"
+    # a second cancel of the ended job runs no hook again
+    gpujob(state, "cancel", job_id)
+    assert gpujob(state, "logs", job_id).stdout.count("hook 3/3 (stop): done") == 1
+
+
+def _bare_repo(tmp_path: Path) -> str:
+    """A repository with tags v1 and v2 (VERSION says which), cloned bare: file:// only."""
+    src, bare = tmp_path / "src", tmp_path / "repo.git"
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid")  # fmt: skip
+    subprocess.run(["git", "init", "-q", str(src)], check=True, env=env)
+    for version in ("v1", "v2"):
+        (src / "VERSION").write_text(version + "\n")
+        subprocess.run(["git", "-C", str(src), "add", "VERSION"], check=True, env=env)
+        subprocess.run(["git", "-C", str(src), "commit", "-qm", version], check=True, env=env)
+        subprocess.run(["git", "-C", str(src), "tag", version], check=True, env=env)
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(bare)], check=True, env=env)
+    return f"file://{bare}"
+
+
+def test_a_git_workdir_is_cloned_at_its_ref(tmp_path: Path, state: dict[str, str]) -> None:
+    url = _bare_repo(tmp_path)
+    spec = tmp_path / "task.yaml"
+    spec.write_text(f"workdir:\n  url: {url}\n  ref: v1\nrun: cat VERSION\n")
+    done = gpujob(state, "submit", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "v1" in done.stdout.splitlines()
+
+    spec.write_text(f"workdir:\n  url: {url}\n  ref: v9\nrun: cat VERSION\n")
+    failed = gpujob(state, "submit", str(spec))
+    assert failed.returncode == 1
+    assert f"gpujob: workdir_git: {url} has no ref v9; give a branch, tag or commit it has" \
+        in failed.stderr.splitlines()  # fmt: skip
