@@ -39,12 +39,14 @@ METRICS_RECORD = "metrics.jsonl"
 """In the node's folder: the agent's record (metrics.py); `node-N.metrics.jsonl` when shipped."""
 RANK_MEMORY_SOURCE = Path(__file__).with_name("rank_memory.py")
 """The job's peak memory, per rank too: shipped beside the agent."""
+LIFECYCLE_SOURCE = str(Path(__file__).with_name("lifecycle_hooks.py"))
+"""The job's lifecycle hooks: shipped beside the agent only for a job with `hooks:`."""
 NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
 """Webhook posts of the job's end: shipped beside the agent only for a job with `notify:`."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
                  str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE),
-                 *METRICS_SOURCES, str(Path(__file__).with_name("lifecycle_hooks.py")))  # fmt: skip
+                 *METRICS_SOURCES)  # fmt: skip
 
 REPLAY_SOURCE = Path(__file__).with_name("replay_run.py")
 """`gpujob replay`'s runner, beside the checkpoint modules where the step replays (not a job's)."""

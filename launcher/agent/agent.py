@@ -34,7 +34,6 @@ if __name__ == "__main__":
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
 from hung import cancel_args
-from lifecycle_hooks import EVENTS, run_hooks
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from log_read import last_line, log_size, read
 from metrics import GpuProbe
@@ -349,6 +348,16 @@ def _checkpoint_watch(
     return done, ckpt_watch.run_in_thread(watcher, done)
 
 
+def _hooks(node_dir: Path, event: str) -> int:
+    """The job's lifecycle hooks of `event`; how many failed. Their module is shipped only
+    with a job that has some (lifecycle_hooks.py)."""
+    if not read_json(node_dir / "job.json").get("lifecycle_hooks"):
+        return 0
+    from lifecycle_hooks import run_hooks
+
+    return run_hooks(node_dir, event)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("start", "status", "cancel", "read", "hooks"):
         sys.stderr.write(__doc__ or "")
@@ -361,11 +370,10 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "cancel":  # [GRACE] [--agent-gone] [--dump-first]
         grace_s, gone = cancel_args(node_dir, argv[2:])
-        run_hooks(node_dir, "stop")  # before the SIGTERM, while the job's files are there
+        _hooks(node_dir, "stop")  # before the SIGTERM, while the job's files are there
         return cancel(node_dir, grace_s, agent_gone=gone)
     if argv[0] == "hooks":  # EVENT: `preemption` or `down` (lifecycle_hooks.py)
-        event = argv[2] if len(argv) > 2 else ""
-        return min(run_hooks(node_dir, event), 1) if event in EVENTS else 2
+        return min(_hooks(node_dir, argv[2]), 1) if argv[2:] else 2
     wait_s = float(argv[3]) if len(argv) > 3 else 0.0
     return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 

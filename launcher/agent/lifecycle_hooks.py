@@ -9,7 +9,8 @@ agent says so in the log and goes on. Their output goes to the job's log, betwee
 agent's lines, so `gpujob logs` shows it. Each hook is a script the plan wrote beside
 run.sh (plan/hook_files.py): the job's variables and workdir, never its secrets (those
 reach the job only in its processes' environment, and a cancel is not one of them).
-Hooks run once per node and event: a second cancel does not run them again.
+Hooks run once per node and event: a second cancel does not run them again, and the cancel
+that `down` makes after its down hooks runs no stop hook.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from stopping import log_line, status_of
 
 KILL_WAIT_S = 5.0
 """How long a hook past its timeout has after its SIGTERM before its SIGKILL."""
-EVENTS = ("stop", "preemption", "down")
 
 
 def run_hooks(node_dir: Path, event: str, *, only_while_running: bool = True) -> int:
@@ -39,6 +39,8 @@ def run_hooks(node_dir: Path, event: str, *, only_while_running: bool = True) ->
     state = status_of(node_dir).get("state")
     if only_while_running and (not state or state in TERMINAL):
         return 0
+    if event == "stop" and (node_dir / "hooks-down.done").exists():
+        return 0  # `down` ran its hooks and now cancels: the host goes, the job is not stopped
     done = node_dir / f"hooks-{event}.done"
     try:  # once per event: a cancel given again, or down after the stop's, does not repeat
         done.touch(exist_ok=False)

@@ -40,7 +40,7 @@ def _written(out: str, name: str) -> str:
     start = next(i for i, line in enumerate(lines) if line.startswith("  write ")
                  and line.split()[1].endswith(name))  # fmt: skip
     body = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("    |"):
             break
         body.append(line[6:])
