@@ -142,3 +142,54 @@ def test_a_git_workdir_is_cloned_at_its_ref(tmp_path: Path, state: dict[str, str
     assert failed.returncode == 1
     assert f"gpujob: workdir_git: {url} has no ref v9; give a branch, tag or commit it has" \
         in failed.stderr.splitlines()  # fmt: skip
+
+
+FAKE_HF = """\
+#!/bin/sh
+# A stand-in for the Hugging Face CLI (no hub is reachable from a test): records its
+# arguments, and the token its environment brought, in the folder it was asked to fill.
+while [ $# -gt 0 ]; do
+  [ "$1" = --local-dir ] && dst=$2
+  printf '%s\\n' "$1" >>/tmp/gpujob-fake-hf.$$
+  shift
+done
+mkdir -p "$dst" && mv /tmp/gpujob-fake-hf.$$ "$dst/args.txt"
+printf '%s\\n' "${HF_TOKEN:-none}" >"$dst/token.txt"
+"""
+HF_TASK = """\
+envs:
+  HF_TOKEN: null
+file_mounts:
+  data: hf://datasets/org/set@v2/train
+run: cat data/args.txt data/token.txt
+"""
+
+
+def test_hf_sources_are_fetched_by_the_nodes_cli_before_setup(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """hf:// sources through the node's `hf download`, here a fake `hf` on PATH (the test must
+    not reach the internet, and no hub is reachable): its arguments as the plan gives them,
+    HF_TOKEN from its environment and never among them; without the CLI, one clear line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "hf").write_text(FAKE_HF)
+    (bin_dir / "hf").chmod(0o755)
+    spec = tmp_path / "task.yaml"
+    spec.write_text(HF_TASK)
+    env = dict(state, HF_TOKEN="hf_e2e_secret", PATH=f"{bin_dir}:{state['PATH']}")
+    done = gpujob(env, "submit", str(spec))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    args = lines[lines.index("download"):lines.index("hf_e2e_secret")]  # fmt: skip
+    assert args == ["download", "org/set", "--repo-type", "dataset", "--revision", "v2",
+                    "--include", "train", "--include", "train/*",
+                    "--local-dir", "data"]  # fmt: skip
+    assert "[gpujob] hf_mounts.data: fetching hf://datasets/org/set@v2/train with hf" in lines
+
+    failed = gpujob(dict(state, HF_TOKEN="hf_e2e_secret"), "submit", str(spec))
+    assert failed.returncode != 0
+    assert ("[gpujob] hf_mounts.data: hf://datasets/org/set@v2/train: the Hugging Face CLI (hf "
+            "or huggingface-cli) is not on this node; install it in the image or on the host "
+            "(pip install -U huggingface_hub)") in failed.stdout + failed.stderr  # fmt: skip
+    assert "hf_e2e_secret" not in failed.stdout + failed.stderr
