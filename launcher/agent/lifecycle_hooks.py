@@ -7,8 +7,11 @@ As SkyPilot documents them: in their order, each bounded by its own timeout (the
 process group is stopped), and one that fails or times out never holds the event up: the
 agent says so in the log and goes on. Their output goes to the job's log, between the
 agent's lines, so `gpujob logs` shows it. Each hook is a script the plan wrote beside
-run.sh (plan/hook_files.py): the job's variables and workdir, never its secrets (those
-reach the job only in its processes' environment, and a cancel is not one of them).
+run.sh (plan/hook_files.py): the job's variables and workdir. On the host it has none of
+the job's secrets (those reach the job only in its processes' environment, and a cancel
+is not one of them); in the job's container (`docker exec`) it has them, as the job does.
+A hook in a container past its timeout: its `docker exec` is stopped, and what it started
+there ends with the container.
 Hooks run once per node and event: a second cancel does not run them again, and the cancel
 that `down` makes after its down hooks runs no stop hook.
 """
@@ -64,7 +67,7 @@ def _run_one(node_dir: Path, config: dict[str, Any], hook: dict[str, Any], event
     except OSError:  # a full disk: the hook runs all the same, unheard
         log = None
     try:
-        proc = subprocess.Popen(["bash", str(node_dir / hook["script"]), event],
+        proc = subprocess.Popen(_argv(node_dir, config, hook["script"], event),
                                 stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)  # fmt: skip
@@ -86,6 +89,17 @@ def _run_one(node_dir: Path, config: dict[str, Any], hook: dict[str, Any], event
         return False
     log_line(node_dir, f"{name}: done")
     return True
+
+
+def _argv(node_dir: Path, config: dict[str, Any], script: str, event: str) -> list[str]:
+    """On the host, or in the job's container (whose environment has the job's secrets;
+    the node's folder is mounted there at the same path)."""
+    argv = ["bash", str(node_dir / script), event]
+    container = config.get("container") if config.get("runtime") == "docker" else None
+    if not container:
+        return argv
+    events = [f"{name}_LIFECYCLE_EVENT={event}" for name in ("GPUJOB", "SKYPILOT")]
+    return ["docker", "exec", *[x for e in events for x in ("-e", e)], container, *argv]
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_local_sandbox import local_image  # noqa: F401 (a fixture: the lab's base image)
 
 pytestmark = pytest.mark.e2e
 
@@ -193,3 +194,27 @@ def test_hf_sources_are_fetched_by_the_nodes_cli_before_setup(
             "or huggingface-cli) is not on this node; install it in the image or on the host "
             "(pip install -U huggingface_hub)") in failed.stdout + failed.stderr  # fmt: skip
     assert "hf_e2e_secret" not in failed.stdout + failed.stderr
+
+
+def test_a_containers_stop_hook_runs_inside_it_with_the_jobs_secrets(
+    tmp_path: Path,
+    state: dict[str, str],
+    local_image: str,  # noqa: F811 (the fixture)
+) -> None:
+    """With the docker runtime the hook runs in the job's container (`docker exec`), where the
+    job's secrets are, as SkyPilot runs hooks where the task runs."""
+    spec = tmp_path / "task.yaml"
+    spec.write_text(f"resources:\n  image_id: docker:{local_image}\nenvs:\n  MY_TOKEN: null\n"
+                    "config:\n  hooks:\n    - run: test -f /.dockerenv && echo in the container"
+                    " with $MY_TOKEN\n      events: [stop]\n"
+                    "run: |\n  echo job running\n  sleep 300\n")  # fmt: skip
+    env = dict(state, MY_TOKEN="tok-in-container")
+    job_id = f"hooked-box-{os.getpid()}"  # a container name is the machine's: one per run
+    _job_id(gpujob(env, "submit", str(spec), "-d", "--runtime", "docker", "--job-id", job_id))
+    _wait_running(env, job_id)
+    assert gpujob(env, "cancel", job_id, "--grace", "5").returncode == 0
+    log = gpujob(env, "logs", job_id).stdout.splitlines()
+    assert "in the container with tok-in-container" in log
+    assert log.index("[gpujob-agent] lifecycle hook 1/1 (stop): done") < log.index(
+        "[gpujob-agent] cancel: docker stop (SIGTERM, SIGKILL after 5 s)"
+    )
