@@ -246,7 +246,9 @@ def _node_plan(
         ships, places = mount_steps(job_dir, spec, target, lasting, sources.mounts_where)
         steps.extend(ships)  # every folder's listing before the batch's first command
         workdir = f"{job_dir}/workdir"
-        steps.extend(clone_steps(spec, workdir) or _workdir_steps(target, sources, workdir))
+        steps.extend(
+            clone_steps(spec, workdir, secrets) or _workdir_steps(target, sources, workdir)
+        )
         if target.sandbox:  # the job's own HOME, before a `~/...` mount is put there
             steps.append(home_step(target, job_dir))
         steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it

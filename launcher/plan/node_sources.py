@@ -13,20 +13,27 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from launcher.plan.model import NodeLayout, RunCommand
+from launcher.plan.model import NodeLayout, RunCommand, SecretInput
 from launcher.plan.sandbox import placed_at
 from launcher.spec.job import JobSpec
 from launcher.spec.lifecycle import hf_source
 
-# $1 url, $2 ref ("" for the default branch), $3 the job's workdir (the clone makes it)
+# $1 url, $2 ref ("" for the default branch), $3 the job's workdir (the clone makes it);
+# $4 `token`: GIT_TOKEN on stdin, given to git by a credential helper that reads it from
+# the environment (SkyPilot's GIT_TOKEN for a private https repository)
 CLONE = """\
 set -u
 url=$1 ref=$2 dst=$3
+auth=
+if [ "${4:-}" = token ]; then
+  GIT_TOKEN=$(cat) && export GIT_TOKEN
+  auth='!f() { echo username=x-access-token; echo "password=$GIT_TOKEN"; }; f'
+fi
 if ! command -v git >/dev/null 2>&1; then
   echo "gpujob: workdir_git: git is not on this node; install git, or give a local workdir" >&2
   exit 1
 fi
-if ! git clone --quiet -- "$url" "$dst"; then
+if ! git -c credential.helper= -c "credential.helper=$auth" clone --quiet -- "$url" "$dst"; then
   echo "gpujob: workdir_git: cloning $url failed (git's reason above); check the URL" \\
     "and that this node may read it" >&2
   exit 1
@@ -62,16 +69,21 @@ gpujob_hf() {  # $1 destination, $2 hf:// source, then `hf download`'s arguments
 """
 
 
-def clone_steps(spec: JobSpec, path: str) -> list[RunCommand]:
-    """The clone that makes the job's workdir (none without `workdir_git`)."""
+def clone_steps(spec: JobSpec, path: str, secrets: Mapping[str, str]) -> list[RunCommand]:
+    """The clone that makes the job's workdir (none without `workdir_git`); GIT_TOKEN, a
+    secret or an env of the job, goes on the clone's stdin."""
     git = spec.workdir_git
     if git is None:
         return []
+    token = secrets.get("GIT_TOKEN") or spec.envs.get("GIT_TOKEN")
+    given = SecretInput(content=str(token), names=("GIT_TOKEN",)) if token else None
     return [
         RunCommand(
-            argv=("sh", "-c", CLONE, "sh", git.url, git.ref or "", path),
+            argv=("sh", "-c", CLONE, "sh", git.url, git.ref or "", path, *["token"] * bool(given)),
             why=f"clone {git.url}" + (f" at {git.ref}" if git.ref else "") + " as the workdir",
-            hint="the node needs git and read access to the repository",
+            hint="the node needs git and read access to the repository (GIT_TOKEN for a "
+            "private https one)",
+            input=given,
         )
     ]
 

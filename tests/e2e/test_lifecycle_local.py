@@ -218,3 +218,27 @@ def test_a_containers_stop_hook_runs_inside_it_with_the_jobs_secrets(
     assert log.index("[gpujob-agent] lifecycle hook 1/1 (stop): done") < log.index(
         "[gpujob-agent] cancel: docker stop (SIGTERM, SIGKILL after 5 s)"
     )
+
+
+def test_git_token_reaches_git_through_the_clones_credential_helper(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """GIT_TOKEN (a secret) goes on the clone's stdin, and git gets it from the credential
+    helper the clone script sets: asked here with `git credential fill` (no server is
+    reachable from a test); the submit with the token clones as without it."""
+    from launcher.plan.node_sources import CLONE
+
+    helper = re.search(r"auth='(.*)'", CLONE)
+    assert helper
+    filled = subprocess.run(
+        ["git", "-c", "credential.helper=", "-c", f"credential.helper={helper[1]}",
+         "credential", "fill"], input="protocol=https\nhost=git.example.invalid\n\n",
+        env=dict(os.environ, GIT_TOKEN="ghp_e2e"), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "username=x-access-token\npassword=ghp_e2e\n" in filled.stdout
+    spec = tmp_path / "task.yaml"
+    spec.write_text(f"workdir:\n  url: {_bare_repo(tmp_path)}\n  ref: v2\nsecrets:\n"
+                    "  GIT_TOKEN: null\nrun: cat VERSION\n")  # fmt: skip
+    done = gpujob(dict(state, GIT_TOKEN="ghp_e2e"), "submit", str(spec))
+    assert done.returncode == 0, done.stderr
+    assert "v2" in done.stdout.splitlines() and "ghp_e2e" not in done.stdout + done.stderr
