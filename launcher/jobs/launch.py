@@ -61,6 +61,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         AGENT_SOURCE,
         CAPTURE_SOURCE,
         INIT_LOCK_SOURCE,
+        LIFECYCLE_SOURCE,
         NOTIFY_SOURCE,
     )  # fmt: skip
     from launcher.jobs.notify import notify_hooks
@@ -111,10 +112,15 @@ def prepare(request: LaunchRequest) -> JobInput:
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
-        agent_modules=(*AGENT_MODULES, *[NOTIFY_SOURCE] * bool(hooks)),
+        agent_modules=(
+            *AGENT_MODULES,
+            *[NOTIFY_SOURCE] * bool(hooks),
+            *[LIFECYCLE_SOURCE] * bool(spec.hooks),
+        ),
         job_modules=(str(CAPTURE_SOURCE),),
         user=user_name(),
-        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
+        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts}
+        | {f"hf:{dst}": loaded.where("hf_mounts", dst) for dst in spec.hf_mounts},
         notify=hooks,
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)

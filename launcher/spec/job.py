@@ -23,6 +23,7 @@ from launcher.spec.candidates import Candidates
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
+from launcher.spec.lifecycle import GitWorkdir, HookSpec, checked_hf_mounts
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
 from launcher.spec.metrics import MetricsSpec
 from launcher.spec.notify import NotifySpec
@@ -165,6 +166,18 @@ class JobSpec(StrictModel):
         "a folder's contents go into the destination. Mounted at the same path in a container.",
     )
     run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
+    workdir_git: GitWorkdir | None = Field(
+        default=None,
+        description="A git repository cloned on the node as the workdir (nothing shipped).",
+    )
+    hf_mounts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hugging Face repositories fetched on each node before `setup` (`hf "
+        "download`, HF_TOKEN from envs/secrets): destination -> hf://ORG/NAME[@REV][/PATH].",
+    )
+    hooks: list[HookSpec] = Field(
+        default_factory=list, description="Lifecycle hooks (SkyPilot's `config.hooks`)."
+    )
     batch: BatchSpec = Field(default_factory=BatchSpec)
     envs: dict[str, EnvValue] = Field(default_factory=dict)
     nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* variables.")
@@ -253,6 +266,11 @@ class JobSpec(StrictModel):
     @classmethod
     def _mounts_exist_here(cls, value: dict[str, str]) -> dict[str, str]:
         return checked_mounts(value)
+
+    @field_validator("hf_mounts")
+    @classmethod
+    def _hf_sources(cls, value: dict[str, str]) -> dict[str, str]:
+        return checked_hf_mounts(value)
 
     @model_validator(mode="after")
     def _mount_modes(self) -> JobSpec:

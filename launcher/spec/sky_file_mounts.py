@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from launcher.spec.file_mounts import BUCKET_FIX
-from launcher.spec.sky_unsupported import hf_source
+from launcher.spec.sky_lifecycle import hf_mount
 
 if TYPE_CHECKING:
     from launcher.spec.skypilot import _Reader as Reader
@@ -33,7 +33,8 @@ def sky_file_mounts(
         with reader.collect():
             loc = ("file_mounts", str(dst))
             if isinstance(src, str) and src.startswith("hf://"):
-                hf_source(reader, loc, src)
+                hf_mount(reader, loc, src, envs)
+                continue
             if isinstance(src, Mapping) or not isinstance(src, str) or "://" in src:
                 what = "a bucket mount (a storage object)" if isinstance(src, Mapping) else (
                     f"a bucket source ({src})" if isinstance(src, str) else f"{src!r}")  # fmt: skip
