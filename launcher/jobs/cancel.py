@@ -99,7 +99,7 @@ class CancelFirst:
         for job, on in self.jobs:
             out.append(f"would ask job {job.id}'s agents (on {', '.join(on)}) for its state "
                        "and, if it still runs, cancel it first:")  # fmt: skip
-            out.append("  its down hooks, if any, on node 0 first (jobs/down_hooks.py)")
+            out.append("  run its down hooks (config.hooks), if it has any, on node 0 first")
             out += [f"  {line}" for line in target_for(job).cancel_lines(job, self.grace_s)]
         return out
 

@@ -280,7 +280,8 @@ def test_down_dry_run_changes_no_row_and_says_what_it_would_reconcile_and_cancel
     job = StateDB().job("train-1")
     assert job is not None
     (argv,) = [node.cancel_argv(30.0) for node in target_for(job).nodes(job)]
-    assert lines[1] == f"  node 0 on {name}: {shlex.join(argv)}"
+    assert lines[1] == "  run its down hooks (config.hooks), if it has any, on node 0 first"
+    assert lines[2] == f"  node 0 on {name}: {shlex.join(argv)}"
     assert argv == ["python3", "/home/ubuntu/.gpujob/jobs/train-1/gpujob-agent.py", "cancel",
                     node_dir, "30"]  # fmt: skip
     terminated = sorted(line.split()[2] for line in lines if line.startswith("would terminate"))
