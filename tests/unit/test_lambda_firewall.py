@@ -159,3 +159,43 @@ def test_no_offer_in_the_kept_hosts_region_says_so_on_one_line(lam: RunningFake)
     assert "no offer for a100:1 in us-west-1" in said and "the kept hosts" in said, said
     assert "\n" not in said
     assert json.dumps(lam.control.requests()).count('"op": "launch"') == 2  # the first two
+
+
+LAUNCH_IN_A_PROCESS = """
+from launcher.targets.cloud.firewall import peers_for
+from launcher.spec.job import JobSpec
+from launcher.targets.cloud.hosts import UpOptions, launch_hosts
+from launcher.targets.cloud.rent import renting
+spec = JobSpec.model_validate({"name": "qs", "image": "host", "nodes": 2,
+                               "run": {"entrypoint": "train.py"}})
+options = UpOptions(gpu="a100", count=2, yes=True, bootstrap=False, renting="submit --up",
+                    offers_on_stderr=True, peers=peers_for(spec, "qs-20261127-040000-ab12"))
+with renting("submit --up") as rent:
+    launch_hosts(options, rent)
+"""
+
+
+def test_ctrl_c_while_the_hosts_boot_removes_the_ruleset_with_them(lam: RunningFake) -> None:
+    """`submit --up`'s launch in a process of its own, stopped by SIGINT while its hosts boot
+    (the fake keeps them booting): its hosts terminated, then its ruleset deleted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    lam.control.knobs(boot_forever=True)
+    launching = subprocess.Popen([sys.executable, "-c", LAUNCH_IN_A_PROCESS],
+                                 env=dict(os.environ), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+    for _ in range(400):
+        if len(lambda_instances(lam)) == 2:
+            break
+        time.sleep(0.05)
+    assert len(rulesets(lam)) == 1
+    launching.send_signal(signal.SIGINT)
+    _, err = launching.communicate(timeout=60)
+    assert launching.returncode != 0, err
+    assert "deleted the lambda firewall ruleset gpujob-" in err, err
+    assert rulesets(lam) == []
+    assert [i for i in lambda_instances(lam) if i["status"] in ("booting", "active")] == []
