@@ -143,10 +143,11 @@ class CloudTarget(RemoteHostsTarget):
         try:
             instances = launch_hosts(options, self.rent)
         except ProviderError as error:
-            if region is None or type(error) is not ProviderError:  # not Stopped, say
+            scarce = "no offer for" in error.message or "no capacity for" in error.message
+            if region is None or not scarce:  # launch_cheapest's and no_offers' words
                 raise
-            raise ProviderError(f"{error.message} (the region of the kept hosts, where a "
-                                "replacement must run)", error.hint) from None  # fmt: skip
+            raise ProviderError(f"{error.message}: the kept hosts' region, where a "
+                                "replacement must run") from None  # fmt: skip
         prices = [inst.price_per_hour for inst in instances]
         self.price = sum(p for p in prices if p) if prices and None not in prices else None
         if request.dry_run:
