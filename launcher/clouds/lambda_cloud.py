@@ -253,6 +253,11 @@ class LambdaCloud:
 
         self.rulesets = Rulesets(self, want)
 
+    def peers_plan(self, want: PeerPorts) -> str:
+        from launcher.clouds.lambda_firewall import plan_line
+
+        return plan_line(want)
+
     def open_peers(self, addresses: Iterable[str]) -> list[str]:
         """The job's rulesets let its hosts (`addresses`, and the kept ones) reach its ports."""
         return self.rulesets.open(addresses) if self.rulesets is not None else []

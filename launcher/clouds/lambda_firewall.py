@@ -139,10 +139,21 @@ class Rulesets:
         for ruleset_id in sorted(set(self.by_region.values())):
             self.cloud._data("PATCH", f"/firewall-rulesets/{ruleset_id}", dict,
                              json={"rules": rules})  # fmt: skip
-        spans = ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi, _ in self.want.ports)
         regions = ", ".join(sorted(self.by_region))
-        return [f"lambda firewall: TCP {spans} opened between the job's {len(hosts)} hosts"
-                f" only (ruleset {self.want.name} in {regions}, removed with them)"]  # fmt: skip
+        return [f"lambda firewall: TCP {spans(self.want)} opened between the job's "
+                f"{len(hosts)} hosts only (ruleset {self.want.name} in {regions}, removed "
+                "with them)"]  # fmt: skip
+
+
+def spans(want: PeerPorts) -> str:
+    return ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi, _ in want.ports)
+
+
+def plan_line(want: PeerPorts) -> str:
+    """What a dry run says the launch would do to the firewall."""
+    return (f"dry run: would open TCP {spans(want)} between the job's hosts only (a Lambda "
+            f"firewall ruleset {want.name} in their region, unless the firewall lets them in "
+            "already; removed with them)")  # fmt: skip
 
 
 def _ipv4(address: str) -> bool:

@@ -109,6 +109,19 @@ def test_a_failed_launch_terminates_its_hosts_and_removes_the_ruleset_it_made(
     assert wrong == [], "\n".join(wrong)
 
 
+def test_a_dry_run_says_what_it_would_open_and_makes_nothing(
+    lam: RunningFake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = UpOptions(gpu="a100", count=2, dry_run=True, renting="submit --up",
+                        offers_on_stderr=True, peers=peers_for(two_node_spec(), JOB))  # fmt: skip
+    assert launch_hosts(options, None) == []
+    said = capsys.readouterr().err
+    assert "would open TCP 29400, 32768-60999, 8080 between the job's hosts only" in said, said
+    assert {r["op"] for r in lam.control.requests()} <= {"list_instance_types", "list_instances",
+                                                         "list_ssh_keys"}  # fmt: skip
+    assert rulesets(lam) == []
+
+
 def test_no_ruleset_where_lambdas_firewall_blocks_nothing(lam: RunningFake) -> None:
     """us-south-1 (rules do not apply there), and a global ruleset that already lets every
     port in from anywhere: nothing to open, nothing made."""

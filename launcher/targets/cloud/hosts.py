@@ -124,6 +124,9 @@ def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
     the rent's until the job starts; a dry run launches none (and has no rent)."""
     provider, request, _, db, share = offers_for(options)
     if options.dry_run:
+        plan = getattr(provider, "peers_plan", None)  # a cloud whose firewall needs opening
+        if plan is not None and options.peers is not None:
+            say(plan(options.peers))
         return []
     if rent is None:
         raise RuntimeError("launching hosts outside rent.renting(): nothing would undo them")
