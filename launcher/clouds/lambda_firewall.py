@@ -200,8 +200,8 @@ def remove_rulesets(
         pending = {k: v for k, v in _ours(cloud, set(pending), live).items() if k in pending}
     for found in pending.values():
         lines.append(f"the lambda firewall ruleset {found['name']} ({found['id']}) waits for "
-                     "its terminating instances to go; the next `gpujob up`, `submit --up` "
-                     "or `down` removes it")  # fmt: skip
+                     "its terminating instances to go; `gpujob down` (or the next multi-node "
+                     "`submit --up`) removes it")  # fmt: skip
     return lines
 
 

@@ -225,8 +225,8 @@ class CloudTarget(RemoteHostsTarget):
         from launcher.targets.cloud.firewall import remove_unused
 
         # the job's firewall, where no host uses it now; not waited for (a recovery renting
-        # again goes on at once): what its terminating hosts still hold goes at the next
-        # launch or `down`
+        # again goes on at once): one its terminating hosts still hold goes at `down` or
+        # the next multi-node launch
         remove_unused(provider, say, hurry=lambda: True)
         for line in failures:
             say(line)
