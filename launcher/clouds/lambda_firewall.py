@@ -2,7 +2,9 @@
 
 Lambda's inbound firewall lets in only ICMP and TCP 22 by default (reference §2.10), so the
 rendezvous port and NCCL's sockets between two hosts' public addresses are dropped and the
-job would time out forming its world. A ruleset (OpenAPI 1.10 `/firewall-rulesets`) is
+job would time out forming its world: gpujob's nodes dial each other's public `ip`, and
+neither the OpenAPI 1.10 document nor Lambda's firewall docs exempt traffic between one
+account's instances, in one region or not. A ruleset (OpenAPI 1.10 `/firewall-rulesets`) is
 regional and attached only at launch, before the hosts' addresses are known: so one is made
 per job and region, empty, named at each launch there, and its rules written once the hosts
 run: each port range the job needs, from each of the job's hosts (`/32`), nothing from
