@@ -5,7 +5,7 @@ Faithful in what a provisioning client sees: auth (Bearer or Basic), the `{"data
 suggests, one instance per launch and exactly one SSH key, capacity that launches consume
 and terminations free, `booting -> active -> terminating -> terminated -> gone`, and 429s
 (when the limiter is on). Hosts come from the `HostBackend`. Not served: 1-Click Clusters,
-audit events, tickets, firewall rulesets (rulesets named at launch are echoed, not checked).
+audit events, tickets. Firewall rulesets: infra/fakes/lambda_rulesets.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from infra.fakes.lambda_checks import (
     keys_from,
 )
 from infra.fakes.lambda_control import LambdaControl
+from infra.fakes.lambda_rulesets import LambdaRulesets
 from infra.fakes.lambda_state import Instance, LambdaBooks, error_reply, fail, new_id
 from infra.fakes.ratelimit import Buckets
 from infra.fakes.server import ApiError, FakeApi, Reply, Request
@@ -39,7 +40,7 @@ MOUNT_POINT = re.compile(r"^(/home|/lambda/nfs|/data)[/a-zA-Z0-9-]*$")
 FS_NAME = re.compile(r"^[a-zA-Z]+[0-9a-zA-Z-]*$")
 
 
-class LambdaApi(LambdaControl, FakeApi):
+class LambdaApi(LambdaControl, LambdaRulesets, FakeApi):
     name = "lambda"
 
     def __init__(self, backend: HostBackend) -> None:
@@ -69,6 +70,7 @@ class LambdaApi(LambdaControl, FakeApi):
             ("PUT", "/firewall-rules", "set_firewall_rules", self.set_firewall_rules),
         ]:  # fmt: skip
             self.route(method, BASE + path, op, handler)
+        self.route_rulesets(BASE)
 
     # --- FakeApi hooks ------------------------------------------------------------------
     def error_reply(self, status: int, code: str | None, message: str | None) -> Reply:
@@ -165,6 +167,7 @@ class LambdaApi(LambdaControl, FakeApi):
             ):
                 raise bad(f"Invalid tag: {tag!r}.")
         self._check_image(body.get("image"))
+        self.check_launch_rulesets(body.get("firewall_rulesets") or [], region)
         if len(str(body.get("user_data") or "")) > 1_000_000:
             raise bad("user_data is larger than 1 MB.")
         live = [i for i in books.instances.values() if i.status in ("booting", "active",

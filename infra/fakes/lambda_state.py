@@ -46,6 +46,9 @@ CODES: dict[str, tuple[int, str, str | None]] = {
     "instance-operations/launch/file-system-in-wrong-region": (
         400, "File system is in a different region than the instance.", None),
     "filesystems/filesystem-in-use": (400, "Filesystem is in use.", None),
+    "firewall-rulesets/firewall-ruleset-in-use": (
+        400, "Firewall ruleset is in use by one or more instances.",
+        "Terminate all instances that are using the ruleset before deleting it."),
 }  # fmt: skip
 DEFAULT_CODE = {400: "global/invalid-parameters", 401: "global/invalid-api-key",
                 403: "global/account-inactive", 404: "global/object-does-not-exist",
@@ -131,6 +134,7 @@ class LambdaBooks:
         self.instances: dict[str, Instance] = {}
         self.ssh_keys: dict[str, dict[str, str]] = {}
         self.filesystems: dict[str, dict[str, Any]] = {}
+        self.rulesets: dict[str, dict[str, Any]] = {}  # id: {id, name, region, rules, created}
         self.firewall_rules: list[dict[str, Any]] = [
             {"protocol": "icmp", "source_network": "0.0.0.0/0", "description": "Allow ICMP"},
             {"protocol": "tcp", "port_range": [22, 22], "source_network": "0.0.0.0/0",

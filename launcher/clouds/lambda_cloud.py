@@ -34,6 +34,9 @@ from launcher.clouds.base import (
 from launcher.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from launcher.clouds.lambda_firewall import PeerPorts, Rulesets
     from launcher.state.hosts import HostsDB
 
 DEFAULT_URL = "https://cloud.lambda.ai/api/v1"
@@ -93,6 +96,7 @@ class LambdaCloud:
         self.ssh_user = os.environ.get("GPUJOB_LAMBDA_SSH_USER", "ubuntu")
         self.filesystem: tuple[str, str] | None = None  # (name, region)
         self.filesystem_to_make = False
+        self.rulesets: Rulesets | None = None  # a multi-node job's (clouds.lambda_firewall)
 
     def use_filesystem(
         self, name: str, create_for: GpuRequest | None = None, dry_run: bool = False
@@ -219,6 +223,8 @@ class LambdaCloud:
                          {"key": USER_TAG, "value": me.user[:128]}]}  # fmt: skip
         if self.filesystem:
             body["file_system_names"] = [self.filesystem[0]]
+        if self.rulesets is not None and (rulesets := self.rulesets.for_launch(region)):
+            body["firewall_rulesets"] = rulesets
         try:
             with _LAUNCHES:  # one launch at a time, the last one LAUNCH_INTERVAL_S ago
                 _pace()
@@ -239,6 +245,42 @@ class LambdaCloud:
         return Instance(self.name, ids[0], name, "booting", ssh_user=self.ssh_user,
                         price_per_hour=offer.price_per_hour, created_at=time.time(),
                         owner=me.id, user=me.user)  # fmt: skip
+
+    # --- a multi-node job's firewall (clouds.lambda_firewall) ------------------------------
+    def open_to_peers(self, want: PeerPorts) -> None:
+        """Launches from now on name the job's ruleset of their region (made if need be)."""
+        from launcher.clouds.lambda_firewall import Rulesets
+
+        self.rulesets = Rulesets(self, want)
+
+    def peers_plan(self, want: PeerPorts) -> str:
+        from launcher.clouds.lambda_firewall import plan_line
+
+        return plan_line(want)
+
+    def open_peers(self, addresses: Iterable[str]) -> list[str]:
+        """The job's rulesets let its hosts (`addresses`, and the kept ones) reach its ports."""
+        return self.rulesets.open(addresses) if self.rulesets is not None else []
+
+    def rulesets_made(self) -> list[str]:
+        return list(self.rulesets.made) if self.rulesets is not None else []
+
+    def remove_rulesets(
+        self, only: Iterable[str] | None = None, hurry: Callable[[], bool] | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:  # fmt: skip
+        from launcher.clouds.lambda_firewall import remove_rulesets
+
+        return remove_rulesets(self, only, hurry or (lambda: False), dry_run)
+
+    def region_of(self, instance_id: str) -> str | None:
+        """The region the instance runs in (a replacement is rented there); None if gone."""
+        try:
+            raw = self._data("GET", f"/instances/{instance_id}", dict)
+        except ProviderError:
+            return None
+        region = raw.get("region")
+        return str(region["name"]) if isinstance(region, dict) and "name" in region else None
 
     # --- instances ------------------------------------------------------------------------
     def _instance(self, raw: Any) -> Instance:

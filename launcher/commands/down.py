@@ -39,6 +39,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
     providers: dict[str, Provider] = {}
+    every: dict[str, Provider] = {}  # firewall rulesets: removed wherever none is used
     for cloud in clouds:
         provider = get_provider(cloud)
         found = reconciled(provider, db, dry_run, foreign=everything)
@@ -47,6 +48,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         if theirs and not force:
             raise not_ours(theirs[0])
         targets += [(provider, inst) for inst in mine + theirs]
+        every[cloud] = provider
         if not [i for i in found.ours if i not in mine and i.status not in ENDING]:
             providers[cloud] = provider  # no instance of ours left running there after this
     if not targets:
@@ -54,6 +56,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
         say("no gpujob hosts of ours are running")
         _remove_keys(providers, db, dry_run)
+        _remove_rulesets(every, dry_run)
         return ExitCode.OK
     stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
@@ -65,6 +68,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
                        " its row marked terminated, its SSH connection ended, its pinned"
                        " host keys dropped")  # fmt: skip
         _remove_keys(providers, db, dry_run, targets)
+        _remove_rulesets(every, dry_run)
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
@@ -73,6 +77,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     for line in failures:
         say(line)
     _remove_keys(providers, db, dry_run)
+    _remove_rulesets(every, dry_run)
     return ExitCode.FAILURE if failures else ExitCode.OK
 
 
@@ -127,6 +132,15 @@ def _remove_keys(
             continue  # a host of ours still runs there, reached with that key
         for line in provider.remove_added_keys(db, dry_run):
             (click.echo if dry_run else say)(line)
+
+
+def _remove_rulesets(providers: dict[str, Provider], dry_run: bool) -> None:
+    """gpujob's firewall rulesets that no running host of ours uses any more (a dry run:
+    those unused now; the ones the terminations free go at the real `down`)."""
+    from launcher.targets.cloud.firewall import remove_unused
+
+    for provider in providers.values():
+        remove_unused(provider, click.echo if dry_run else say, dry_run=dry_run)
 
 
 def _terminate(provider: Provider, inst: Instance, db: HostsDB, timeout: float) -> str | None:

@@ -290,6 +290,34 @@ def test_firewall_rules_replace_all_and_validate(lam: requests.Session) -> None:
     assert lam.get(url(lam, "/firewall-rules")).json() == {"data": rules}
 
 
+def test_firewall_rulesets_attach_at_launch_in_their_region_and_go_once_unused(
+    lam: requests.Session,
+) -> None:
+    add_key(lam)
+    rule = {"protocol": "tcp", "port_range": [29400, 29400], "source_network": "192.0.2.7",
+            "description": "rendezvous"}  # fmt: skip
+    made = lam.post(url(lam, "/firewall-rulesets"),
+                    json={"name": "job", "region": REGION, "rules": []}).json()["data"]  # fmt: skip
+    assert (made["region"]["name"], made["rules"], made["instance_ids"]) == (REGION, [], [])
+    wrong = launch(lam, region_name="us-west-1", firewall_rulesets=[{"id": made["id"]}])
+    assert error_of(wrong)["code"] == "global/invalid-parameters"
+    instance_id = launched(lam, firewall_rulesets=[{"id": made["id"]}])
+    patched = lam.patch(url(lam, f"/firewall-rulesets/{made['id']}"), json={"rules": [rule]})
+    assert patched.json()["data"]["rules"] == [rule]
+    assert patched.json()["data"]["instance_ids"] == [instance_id]
+    busy = lam.delete(url(lam, f"/firewall-rulesets/{made['id']}"))
+    assert busy.status_code == 400
+    assert error_of(busy)["code"] == "firewall-rulesets/firewall-ruleset-in-use"
+    lam.post(url(lam, "/instance-operations/terminate"), json={"instance_ids": [instance_id]})
+    assert lam.delete(url(lam, f"/firewall-rulesets/{made['id']}")).json() == {"data": {}}
+    gone = lam.get(url(lam, f"/firewall-rulesets/{made['id']}"))
+    assert gone.status_code == 404 and error_of(gone)["code"] == "global/object-does-not-exist"
+    glob = lam.get(url(lam, "/firewall-rulesets/global")).json()["data"]
+    assert glob["id"] == "global" and {"protocol": "tcp", "port_range": [22, 22],
+                                       "source_network": "0.0.0.0/0",
+                                       "description": "Allow SSH"} in glob["rules"]  # fmt: skip
+
+
 def test_images_and_regions(lam: requests.Session) -> None:
     images = lam.get(url(lam, "/images")).json()["data"]
     assert {"lambda-stack-22-04", "ubuntu-24-04"} <= {i["family"] for i in images}

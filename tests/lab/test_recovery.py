@@ -428,6 +428,8 @@ def test_only_the_lost_node_is_rented_again_and_the_two_nodes_resume_together(
     pause_job(job_id)
     wait_until(lambda: synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3")
     before = [json.loads(record) for record in job_row_hosts(env, job_id)]
+    (ruleset,) = rulesets(fake)  # the job's hosts reach each other's ports, nobody else
+    assert {r["source_network"] for r in ruleset["rules"]} == {f"{h['address']}/32" for h in before}
     launched = len(launches(fake))
     lose(fake, "lambda", "terminate", before[lost]["instance"].split(":", 1)[1])
 
@@ -440,6 +442,9 @@ def test_only_the_lost_node_is_rented_again_and_the_two_nodes_resume_together(
     said = rf"recovering \(attempt 2, restart 1/2, host_lost: {name} .*from step {step}\)"
     assert re.search(said, err), submit.text()
     assert len(launches(fake)) == launched + 1, controller_log(env, job_id)
+    first, *_, again = launches(fake)  # beside the kept host, on the job's ruleset
+    assert again["body"]["region_name"] == first["body"]["region_name"]
+    assert again["body"]["firewall_rulesets"] == [{"id": ruleset["id"]}]
     after = [json.loads(record) for record in job_row_hosts(env, job_id)]
     assert after[kept]["instance"] == before[kept]["instance"]
     assert after[lost]["instance"] != before[lost]["instance"]
@@ -449,6 +454,8 @@ def test_only_the_lost_node_is_rented_again_and_the_two_nodes_resume_together(
     check_resumed(bytes(submit.out), STEPS, step)
     assert bytes(submit.out).count(b"rank 3/4: ready") == 2  # both nodes, in both attempts
     assert live(fake, "lambda") == []
+    down = subprocess.run([GPUJOB, "down", "--all"], env=env, capture_output=True, timeout=300)
+    assert rulesets(fake) == [], down.stderr
 
 
 def test_a_failed_replacement_is_terminated_and_every_node_is_rented_again(
@@ -506,6 +513,13 @@ def why_it_failed(env: dict[str, str], job_id: str) -> str:
 
 def launches(fake: RunningFake) -> list[dict[str, Any]]:
     return [r for r in fake.control.requests() if r["op"] == "launch"]
+
+
+def rulesets(fake: RunningFake) -> list[dict[str, Any]]:
+    reply = requests.get(f"{fake.url}/firewall-rulesets", timeout=10,
+                         headers={"Authorization": f"Bearer {LAMBDA_API_KEY}"})  # fmt: skip
+    reply.raise_for_status()
+    return list(reply.json()["data"])
 
 
 def controller_log(env: dict[str, str], job_id: str) -> str:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -41,6 +41,9 @@ from launcher.state.readonly import HostsView
 from launcher.targets.cloud.interrupts import cleaning
 from launcher.targets.cloud.reconcile import Reconciliation, reconcile, record
 from launcher.targets.cloud.rent import Rent, settle
+
+if TYPE_CHECKING:
+    from launcher.clouds.lambda_firewall import PeerPorts
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class UpOptions:
     offers_on_stderr: bool = False
     """`submit --up`: stdout is the job's (its plan, its `--json`), the offers go beside
     the progress lines."""
+    peers: PeerPorts | None = None
+    """A multi-node job's hosts open to each other where the cloud's firewall would block
+    them (targets.cloud.firewall)."""
 
 
 def say(text: str) -> None:
@@ -118,9 +124,15 @@ def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
     the rent's until the job starts; a dry run launches none (and has no rent)."""
     provider, request, _, db, share = offers_for(options)
     if options.dry_run:
+        plan = getattr(provider, "peers_plan", None)  # a cloud whose firewall needs opening
+        if plan is not None and options.peers is not None:
+            say(plan(options.peers))
         return []
     if rent is None:
         raise RuntimeError("launching hosts outside rent.renting(): nothing would undo them")
+    from launcher.targets.cloud.firewall import arm
+
+    arm(provider, options.peers)
     return launch_all(provider, request, options, public_key(), db, rent, share)
 
 
@@ -263,6 +275,10 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
         failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
         if failed is not None:
             raise failed
+        if options.peers is not None:  # the addresses known: the job's firewall opened
+            from launcher.targets.cloud.firewall import open_between
+
+            open_between(provider, [f.result() for f in futures], say)
         return [f.result() for f in futures]
     except BaseException as error:
         # Ctrl-C, SIGTERM and SIGHUP land here too, in the main thread (targets.cloud.interrupts). A

@@ -148,6 +148,9 @@ class Rent:
             made.update(self._lost(unanswered))
             for name, inst in made.items():
                 self._terminate(name, inst)
+            from launcher.targets.cloud.firewall import remove_made
+
+            remove_made(self.provider, tell, hurried)  # after its hosts: Lambda's, if any
 
     def _lost(self, names: list[str]) -> dict[str, Instance]:
         """Instances of launches whose answer was lost, by their tag. If even the list

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from launcher.clouds.base import Instance
+from launcher.clouds.base import Instance, ProviderError
 from launcher.errors import GpujobError
 from launcher.say import say
 from launcher.state.db import JobRecord
@@ -18,6 +18,7 @@ from launcher.targets.ssh import RemoteHostsTarget, remote_traits
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from launcher.clouds.lambda_firewall import PeerPorts
     from launcher.plan.model import NodeLayout, Plan
     from launcher.plan.placement import RuntimeChoice
     from launcher.remote.hosts import HostEntry
@@ -125,6 +126,7 @@ class CloudTarget(RemoteHostsTarget):
         ref = image_reference(spec.image, job.image)
         kept = request.keep_hosts  # a recovery keeping hosts rents only the others
         count = sum(1 for record in kept if not record) if kept else spec.nodes
+        region, peers = self._beside_kept(job, kept, request.dry_run)
         options = UpOptions(gpu=request.up or "", provider=self.kind, count=count,
                             yes=request.yes, dry_run=request.dry_run,
                             allow_cpu=request.allow_cpu,
@@ -137,8 +139,15 @@ class CloudTarget(RemoteHostsTarget):
                             spot=spec.resources.use_spot, renting="submit --up",
                             instance_image=ref if self.traits.runs_in_image else None,
                             filesystem=spec.resources.filesystem,
-                            offers_on_stderr=True)  # fmt: skip
-        instances = launch_hosts(options, self.rent)
+                            offers_on_stderr=True, region=region, peers=peers)  # fmt: skip
+        try:
+            instances = launch_hosts(options, self.rent)
+        except ProviderError as error:
+            scarce = "no offer for" in error.message or "no capacity for" in error.message
+            if region is None or not scarce:  # launch_cheapest's and no_offers' words
+                raise
+            raise ProviderError(f"{error.message}: the kept hosts' region, where a "
+                                "replacement must run") from None  # fmt: skip
         prices = [inst.price_per_hour for inst in instances]
         self.price = sum(p for p in prices if p) if prices and None not in prices else None
         if request.dry_run:
@@ -148,6 +157,18 @@ class CloudTarget(RemoteHostsTarget):
         if kept:  # each rank keeps its host, or takes the next new one (addresses re-formed)
             return [HostEntry.from_record(record) if record else next(made) for record in kept]
         return list(made)
+
+    def _beside_kept(
+        self, job: JobInput, kept: tuple[str, ...], dry_run: bool
+    ) -> tuple[str | None, PeerPorts | None]:
+        """A replacement's region (the kept hosts'), and the job's hosts open to each other
+        on the cloud's firewall (the kept ones' addresses among them)."""
+        from launcher.remote.hosts import HostEntry
+        from launcher.targets.cloud.firewall import kept_region, peers_for
+
+        region = kept_region(self.kind, kept) if kept and not dry_run else None
+        addresses = [HostEntry.from_record(record).address for record in kept if record]
+        return region, peers_for(job.loaded.spec, job.job_id, addresses)
 
     def plan_for(
         self,
@@ -201,6 +222,12 @@ class CloudTarget(RemoteHostsTarget):
                 end_connection(Instance(provider.name, host.instance_id, host.name, "terminated",
                                         ip=host.address, ssh_port=host.port,
                                         ssh_user=host.user or "root"))  # fmt: skip
+        from launcher.targets.cloud.firewall import remove_unused
+
+        # the job's firewall, where no host uses it now; not waited for (a recovery renting
+        # again goes on at once): one its terminating hosts still hold goes at `down` or
+        # the next multi-node launch
+        remove_unused(provider, say, hurry=lambda: True)
         for line in failures:
             say(line)
         return failures
