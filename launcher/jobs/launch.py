@@ -59,6 +59,7 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.agent import (
         AGENT_MODULES,
         AGENT_SOURCE,
+        BUCKETS_SOURCE,
         CAPTURE_SOURCE,
         INIT_LOCK_SOURCE,
         NOTIFY_SOURCE,
@@ -69,6 +70,7 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.spec.load import load_requested
     from launcher.spec.shell_hazards import script_hazards
     from launcher.state.owner import user_name
+    from launcher.storage.bucket_mounts import resolve_buckets
 
     loaded = load_requested(vars(request))
     spec = loaded.spec
@@ -91,6 +93,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
     hooks = notify_hooks(loaded)
+    buckets = resolve_buckets(loaded)
     try:
         image = load_image_definition(spec.image, loaded.path.parent)
     except UsageError as err:
@@ -106,11 +109,16 @@ def prepare(request: LaunchRequest) -> JobInput:
         agent=str(AGENT_SOURCE),
         init_lock=str(INIT_LOCK_SOURCE),
         spec_where=loaded.where("run", "args"),
-        agent_modules=(*AGENT_MODULES, *[NOTIFY_SOURCE] * bool(hooks)),
+        agent_modules=(
+            *AGENT_MODULES,
+            *[NOTIFY_SOURCE] * bool(hooks),
+            *[BUCKETS_SOURCE] * bool(buckets),
+        ),
         job_modules=(str(CAPTURE_SOURCE),),
         user=user_name(),
         mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
         notify=hooks,
+        buckets=buckets,
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)
 

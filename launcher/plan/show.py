@@ -45,6 +45,7 @@ def plan_text(plan: Plan) -> str:
         lines.append(f"image {plan.image_ref}")
     if plan.limits is not None:
         lines.extend(limit_lines(plan.limits))
+    lines.extend(plan.buckets)
     for node in plan.nodes:  # several nodes: each one's start comes after every preparation
         lines.append("")
         lines.append(f"node {node.rank} on {node.host}: job dir {shown(node.job_dir)}")

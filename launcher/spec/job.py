@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from launcher.spec.batch import BatchSpec, batch_refusal
+from launcher.spec.bucket_mounts import MountSource
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
@@ -152,11 +153,13 @@ class JobSpec(StrictModel):
         "(the job's workdir starts empty), as for a SkyPilot task without `workdir`.",
     )
     setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
-    file_mounts: dict[str, str] = Field(
+    file_mounts: dict[str, MountSource] = Field(
         default_factory=dict,
         description="Local files and folders shipped to every node: destination (absolute, "
         "`~/...`, or relative to the workdir) -> source on this machine (absolute or `~/...`); "
-        "a folder's contents go into the destination. Mounted at the same path in a container.",
+        "a folder's contents go into the destination. Mounted at the same path in a container. "
+        "A bucket source (`s3://...`, `gs://`, `r2://`, `REMOTE:path`, or `{source, mode}`) is "
+        "fetched onto every node before setup (spec/bucket_mounts.py).",
     )
     run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
     batch: BatchSpec = Field(default_factory=BatchSpec)
@@ -245,7 +248,7 @@ class JobSpec(StrictModel):
 
     @field_validator("file_mounts")
     @classmethod
-    def _mounts_exist_here(cls, value: dict[str, str]) -> dict[str, str]:
+    def _mounts_exist_here(cls, value: dict[str, MountSource]) -> dict[str, MountSource]:
         return checked_mounts(value)
 
     @model_validator(mode="after")

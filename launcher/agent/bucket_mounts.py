@@ -1,0 +1,146 @@
+"""Bucket file_mounts on a node (plan/bucket_mounts.py, job.json's `checkpoints.buckets`):
+each fetched before the job starts, so before its `setup`, and a writable one's changes
+uploaded on each new checkpoint and when the job ends.
+
+COPY is fetched once. MOUNT_CACHED is fetched, then uploaded with `rclone copy` (what the
+job deleted stays in the bucket: an upload never deletes). MOUNT is `rclone mount` where the
+host has FUSE (/dev/fuse and fusermount), else MOUNT_CACHED with one warning in the log.
+Standard library only, shipped beside the agent for a job with bucket mounts; rclone runs as
+checkpoint sync runs it (ckpt_rclone.py): the remote's keys only in rclone's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ckpt_rclone import Rclone, SyncError, rclone_env
+from reserve import skipped_if_full
+
+COPYING = (
+    "--transfers", "8", "--checkers", "16", "--retries", "3", "--low-level-retries", "10",
+    "--contimeout", "10s", "--timeout", "60s",
+)  # fmt: skip
+MOUNT_WAIT_S = 30.0
+
+
+def fusermount() -> str | None:
+    """The unmount tool where FUSE can be used here, else None."""
+    if not os.path.exists("/dev/fuse"):
+        return None
+    return shutil.which("fusermount3") or shutil.which("fusermount")
+
+
+class BucketMounts:
+    """`say` writes one line to the job's log; `log_fd` takes rclone's own output."""
+
+    def __init__(
+        self, entries: list[dict[str, Any]], env: dict[str, str], log_fd: int,
+        say: Callable[[str], None],
+    ) -> None:  # fmt: skip
+        self.entries = entries
+        self.env = env
+        self.log_fd = log_fd
+        self.say = say
+        self.writable: list[dict[str, Any]] = []
+        self.mounted: list[str] = []
+        self.lock = threading.Lock()
+        self.uploading: threading.Thread | None = None
+
+    def fetch(self) -> str | None:
+        """Each bucket in place; the reason of the first failure (the job does not start)."""
+        rc = Rclone(self.env, log=self.log_fd)
+        for entry in self.entries:
+            dst, path, written = entry["dst"], entry["path"], entry["written"]
+            os.makedirs(path, exist_ok=True)
+            mode = entry["mode"]
+            if mode == "MOUNT":
+                tool = fusermount()
+                if tool and self._mount(entry):
+                    self.say(f"file_mounts {dst}: {written} mounted (rclone mount, FUSE)")
+                    continue
+                self.say(f"warning: file_mounts {dst}: {written} is MOUNT, but this host has "
+                         "no FUSE (/dev/fuse and fusermount) or the mount failed: copied "
+                         "instead, and what the job writes there uploaded on each checkpoint "
+                         "and at the end (MOUNT_CACHED)")  # fmt: skip
+            try:
+                rc.run("copy", entry["source"], path, *COPYING,
+                       what=f"copy of {written} into file_mounts {dst}")  # fmt: skip
+            except SyncError as err:
+                return f"file_mounts {dst}: {err}"
+            self.say(f"file_mounts {dst}: fetched {written} ({mode})")
+            if mode != "COPY":
+                self.writable.append(entry)
+        return None
+
+    def _mount(self, entry: dict[str, Any]) -> bool:
+        path = entry["path"]
+        done = subprocess.run(
+            ["rclone", "mount", entry["source"], path, "--vfs-cache-mode", "writes", "--daemon"],
+            env=rclone_env(self.env), stdin=subprocess.DEVNULL, stdout=self.log_fd,
+            stderr=self.log_fd, check=False,
+        )  # fmt: skip
+        deadline = time.monotonic() + MOUNT_WAIT_S
+        while done.returncode == 0 and time.monotonic() < deadline:
+            if os.path.ismount(path):
+                self.mounted.append(path)
+                return True
+            time.sleep(0.2)
+        return False
+
+    def saved(self, checkpoint: str) -> None:
+        """A new checkpoint: upload in the background, unless an upload is under way (the
+        next checkpoint's or the end's takes what it missed)."""
+        if not self.writable or (self.uploading is not None and self.uploading.is_alive()):
+            return
+        self.uploading = threading.Thread(
+            target=self.upload, args=(f"checkpoint {checkpoint}",), name="gpujob-buckets",
+            daemon=True,
+        )  # fmt: skip
+        self.uploading.start()
+
+    def upload(self, why: str) -> bool:
+        """Every writable mount's changes to its bucket; False if one failed (said)."""
+        ok = True
+        with self.lock:
+            rc = Rclone(self.env, log=self.log_fd)
+            for entry in self.writable:
+                dst, written = entry["dst"], entry["written"]
+                try:
+                    rc.run("copy", entry["path"], entry["source"], *COPYING,
+                           what=f"upload of file_mounts {dst} to {written}")  # fmt: skip
+                    self.say(f"file_mounts {dst}: uploaded to {written} ({why})")
+                except SyncError as err:
+                    self.say(f"file_mounts {dst}: {err}")
+                    ok = False
+        return ok
+
+    def finish(self) -> bool:
+        """After the job ended: the last upload, then each FUSE mount undone."""
+        if self.uploading is not None:
+            self.uploading.join()
+        ok = self.upload("the job ended") if self.writable else True
+        tool = fusermount()
+        for path in self.mounted:
+            if tool:
+                subprocess.run([tool, "-u", "-z", path], stdin=subprocess.DEVNULL,
+                               stdout=self.log_fd, stderr=self.log_fd, check=False)  # fmt: skip
+        return ok
+
+
+def from_config(node_dir: Path, config: dict[str, Any], env: dict[str, str]) -> BucketMounts:
+    """job.json's `checkpoints.buckets`, saying its lines in the node's log."""
+    log_fd = os.open(node_dir / config.get("log", "job.log"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # fmt: skip
+
+    def say(text: str) -> None:
+        with skipped_if_full():
+            os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
+
+    return BucketMounts(config["checkpoints"]["buckets"], env, log_fd, say)

@@ -1,0 +1,151 @@
+"""Bucket file_mounts round-trip through moto with a job on this machine, through the real
+CLI and rclone: a SkyPilot task's `s3://` COPY mount is fetched before `setup` and read by
+the job; what the job writes into a MOUNT_CACHED mount, and into a MOUNT one (no FUSE here:
+copied, with its warning), is in the bucket once the job has ended; gpujob's own spec reaches
+a `REMOTE:path` of the user config. Nothing lands outside the job's folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import KEY_ID, SECRET
+from test_quickstart_sync import gpujob, s3_object
+
+pytestmark = pytest.mark.e2e
+
+TASK = """\
+name: bucket-rt
+file_mounts:
+  data: s3://{bucket}/inputs
+  ~/out:
+    source: s3://{bucket}/outputs
+    mode: MOUNT_CACHED
+  results:
+    source: s3://{bucket}/results
+    mode: MOUNT
+setup: |
+  echo "setup sees: $(cat data/hello.txt)"
+run: |
+  tr a-z A-Z < data/hello.txt > ~/out/upper.txt
+  mkdir -p results/run1 && echo 42 > results/run1/answer.txt
+  echo "run ended"
+"""
+
+
+def put(remote: dict[str, str], key: str, body: bytes) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=remote["url"], region_name="us-east-1",
+                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
+    s3.put_object(Bucket=remote["bucket"], Key=key, Body=body)
+
+
+def aws_env(remote: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The user's AWS variables, S3 being moto's endpoint (AWS_ENDPOINT_URL, as the AWS CLI)."""
+    return dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"),
+                AWS_ENDPOINT_URL=remote["url"], AWS_ACCESS_KEY_ID=KEY_ID,
+                AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="us-east-1")  # fmt: skip
+
+
+def test_skypilot_task_copy_mount_read_and_outputs_uploaded(remote, tmp_path: Path) -> None:
+    if shutil.which("fusermount") or shutil.which("fusermount3"):
+        pytest.fail("this machine has FUSE: the MOUNT fallback is not what this test sees")
+    put(remote, "inputs/hello.txt", b"hello from the bucket\n")
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / "sky.yaml").write_text(TASK.format(bucket=remote["bucket"]))
+    env = aws_env(remote, tmp_path)
+
+    dry = gpujob(env, "submit", str(task / "sky.yaml"), "--dry-run", "--job-id", "b1")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert (
+        f"file_mounts data: s3://{remote['bucket']}/inputs (gpujob_mount0:"
+        f"{remote['bucket']}/inputs), COPY: fetched with `rclone copy` before setup"
+    ) in dry.stdout
+    assert (
+        "file_mounts results: " in dry.stdout and "warning: this machine has no FUSE" in dry.stdout
+    )
+    assert SECRET not in dry.stdout + dry.stderr
+
+    run = gpujob(env, "submit", str(task / "sky.yaml"), "--job-id", "b1")
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    assert "setup sees: hello from the bucket" in run.stdout
+    assert s3_object(remote, "outputs/upper.txt") == b"HELLO FROM THE BUCKET\n"
+    assert s3_object(remote, "results/run1/answer.txt") == b"42\n"
+    job_dir = tmp_path / "state" / "jobs" / "b1"
+    log = (job_dir / "node-0" / "job.log").read_text()
+    assert "warning: file_mounts results: " in log and "no FUSE" in log
+    assert "file_mounts ~/out: uploaded to s3://" in log
+    assert SECRET not in log
+    assert (job_dir / "workdir" / "data" / "hello.txt").read_bytes() == b"hello from the bucket\n"
+
+
+def test_own_spec_remote_path_and_refusals_in_one_go(remote, tmp_path: Path) -> None:
+    put(remote, "ds/train.txt", b"1 2 3\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: own\nimage: host\nworkdir: null\n"
+        "file_mounts:\n  ~/ds: t:ds\n"
+        "run: {shell: 'wc -w < ~/ds/train.txt'}\n"
+    )
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    run = gpujob(env, "submit", str(spec), "--job-id", "o1")
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    assert "3" in run.stdout.split()
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: own\nimage: host\nworkdir: null\n"
+        "file_mounts:\n"
+        "  a: ftp://x/y\n"
+        "  b: {source: t:ds, mode: FAST}\n"
+        "run: {shell: 'true'}\n"
+    )
+    refused = gpujob(env, "submit", str(bad), "--dry-run")
+    assert refused.returncode == 2
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert any(f"{bad}:5: file_mounts.a: ftp:// buckets are not reached" in x for x in lines)
+    assert any(f"{bad}:6: file_mounts.b: mode: Input should be" in x for x in lines)
+    assert "Traceback" not in refused.stderr
+
+
+CHECKPOINTING = """\
+name: bucket-ckpt
+image: host
+workdir: null
+file_mounts:
+  ~/out: {{source: s3://{bucket}/outputs, mode: MOUNT_CACHED}}
+run:
+  shell: |
+    echo first > ~/out/step1.txt
+    mkdir -p "$GPUJOB_CHECKPOINT_DIR/checkpoint-1"
+    touch "$GPUJOB_CHECKPOINT_DIR/checkpoint-1/.gpujob-complete"
+    for _ in $(seq 600); do [ -e ~/go ] && break; sleep 0.1; done
+    echo second > ~/out/step2.txt
+"""
+
+
+def test_a_writable_mount_is_uploaded_on_each_checkpoint_while_the_job_runs(
+    remote, tmp_path: Path
+) -> None:
+    from conftest import s3_keys, wait_until
+
+    (tmp_path / "job.yaml").write_text(CHECKPOINTING.format(bucket=remote["bucket"]))
+    env = aws_env(remote, tmp_path)
+    run = gpujob(env, "submit", str(tmp_path / "job.yaml"), "--job-id", "c1", "--detach")
+    assert run.returncode == 0, run.stderr[-3000:]
+    job_dir = tmp_path / "state" / "jobs" / "c1"
+    try:
+        wait_until(lambda: "outputs/step1.txt" in s3_keys(remote["url"], remote["bucket"]),
+                   "the upload after checkpoint-1", 60)  # fmt: skip
+        assert '"state": "running"' in (job_dir / "node-0" / "status.json").read_text()
+        assert "outputs/step2.txt" not in s3_keys(remote["url"], remote["bucket"])
+    finally:
+        (job_dir / "home" / "go").touch()
+    wait_until(lambda: "outputs/step2.txt" in s3_keys(remote["url"], remote["bucket"]),
+               "the upload at the job's end", 60)  # fmt: skip
+    log = (job_dir / "node-0" / "job.log").read_text()
+    assert "file_mounts ~/out: uploaded to s3://" in log and "(checkpoint checkpoint-1)" in log
