@@ -52,6 +52,7 @@ class BucketMounts:
         self.mounted: list[str] = []
         self.lock = threading.Lock()
         self.uploading: threading.Thread | None = None
+        self.newest = ""
 
     def fetch(self) -> str | None:
         """Each bucket in place; the reason of the first failure (the job does not start)."""
@@ -74,6 +75,8 @@ class BucketMounts:
                        what=f"copy of {written} into file_mounts {dst}")  # fmt: skip
             except SyncError as err:
                 return f"file_mounts {dst}: {err}"
+            except OSError as err:  # no rclone here: `gpujob up` installs it
+                return f"file_mounts {dst}: cannot run rclone on this host: {err.strerror}"
             self.say(f"file_mounts {dst}: fetched {written} ({mode})")
             if mode != "COPY":
                 self.writable.append(entry)
@@ -81,11 +84,14 @@ class BucketMounts:
 
     def _mount(self, entry: dict[str, Any]) -> bool:
         path = entry["path"]
-        done = subprocess.run(
-            ["rclone", "mount", entry["source"], path, "--vfs-cache-mode", "writes", "--daemon"],
-            env=rclone_env(self.env), stdin=subprocess.DEVNULL, stdout=self.log_fd,
-            stderr=self.log_fd, check=False,
-        )  # fmt: skip
+        try:
+            done = subprocess.run(
+                ["rclone", "mount", entry["source"], path, "--vfs-cache-mode", "writes",
+                 "--daemon"], env=rclone_env(self.env), stdin=subprocess.DEVNULL,
+                stdout=self.log_fd, stderr=self.log_fd, check=False,
+            )  # fmt: skip
+        except OSError:
+            return False
         deadline = time.monotonic() + MOUNT_WAIT_S
         while done.returncode == 0 and time.monotonic() < deadline:
             if os.path.ismount(path):
@@ -95,10 +101,13 @@ class BucketMounts:
         return False
 
     def saved(self, checkpoint: str) -> None:
-        """A new checkpoint: upload in the background, unless an upload is under way (the
-        next checkpoint's or the end's takes what it missed)."""
-        if not self.writable or (self.uploading is not None and self.uploading.is_alive()):
+        """The newest checkpoint (each look): when new, upload in the background, unless an
+        upload is under way (a later look, or the end's upload, takes what it missed)."""
+        if not self.writable or checkpoint == self.newest:
             return
+        if self.uploading is not None and self.uploading.is_alive():
+            return
+        self.newest = checkpoint
         self.uploading = threading.Thread(
             target=self.upload, args=(f"checkpoint {checkpoint}",), name="gpujob-buckets",
             daemon=True,
@@ -116,7 +125,7 @@ class BucketMounts:
                     rc.run("copy", entry["path"], entry["source"], *COPYING,
                            what=f"upload of file_mounts {dst} to {written}")  # fmt: skip
                     self.say(f"file_mounts {dst}: uploaded to {written} ({why})")
-                except SyncError as err:
+                except (SyncError, OSError) as err:
                     self.say(f"file_mounts {dst}: {err}")
                     ok = False
         return ok

@@ -105,8 +105,7 @@ class Watcher:
     told: set[str] = field(default_factory=set)
     """Folders the log already named as checkpoints of no rule (said once each)."""
     saved: Callable[[str], None] = lambda _: None
-    """Told the name of each newest complete checkpoint (bucket file_mounts' uploads)."""
-    newest: str = ""
+    """Told the newest complete checkpoint at each look (bucket file_mounts' uploads)."""
 
     def __post_init__(self) -> None:
         config = self.config
@@ -128,9 +127,7 @@ class Watcher:
         done = ckpt_store.complete(self.config.root)
         if done:
             self.last_size = max(self.last_size, ckpt_store.tree_bytes(done[-1].path))
-        if done and done[-1].name != self.newest:
-            self.newest = done[-1].name
-            self.saved(self.newest)
+            self.saved(done[-1].name)
         self._hooks(done)
         self._sync(done)
         self._prune(done)

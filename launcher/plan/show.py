@@ -212,6 +212,8 @@ def plan_data(plan: Plan) -> dict[str, Any]:
     data: dict[str, Any] = as_json(plan)
     if not plan.one_process_per_node:  # ranks: world_size and nproc_per_node say it all
         del data["one_process_per_node"]
+    if not plan.buckets:
+        del data["buckets"]
     data["starts_in_batch"] = plan.starts_in_batch
     return data
 

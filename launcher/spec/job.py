@@ -159,7 +159,7 @@ class JobSpec(StrictModel):
         "`~/...`, or relative to the workdir) -> source on this machine (absolute or `~/...`); "
         "a folder's contents go into the destination. Mounted at the same path in a container. "
         "A bucket source (`s3://...`, `gs://`, `r2://`, `REMOTE:path`, or `{source, mode}`) is "
-        "fetched onto every node before setup (spec/bucket_mounts.py).",
+        "fetched onto every node before setup (see BucketMount).",
     )
     run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
     batch: BatchSpec = Field(default_factory=BatchSpec)
