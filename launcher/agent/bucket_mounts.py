@@ -4,7 +4,10 @@ uploaded on each new checkpoint and when the job ends.
 
 COPY is fetched once. MOUNT_CACHED is fetched, then uploaded with `rclone copy` (what the
 job deleted stays in the bucket: an upload never deletes). MOUNT is `rclone mount` where the
-host has FUSE (/dev/fuse and fusermount), else MOUNT_CACHED with one warning in the log.
+host has FUSE (/dev/fuse and fusermount), else MOUNT_CACHED with one warning in the log; its
+VFS cache off, so a file reaches the bucket when it is closed (sequential writes, as
+SkyPilot's MOUNT; with a write-back cache, rclone 1.60 dropped what it had not uploaded yet
+when unmounted, seen here).
 Standard library only, shipped beside the agent for a job with bucket mounts; rclone runs as
 checkpoint sync runs it (ckpt_rclone.py): the remote's keys only in rclone's environment.
 """
@@ -42,9 +45,11 @@ class BucketMounts:
 
     def __init__(
         self, entries: list[dict[str, Any]], env: dict[str, str], log_fd: int,
-        say: Callable[[str], None],
+        say: Callable[[str], None], cache_dir: Path,
     ) -> None:  # fmt: skip
         self.entries = entries
+        self.cache_dir = cache_dir
+        """rclone mount's own files: in the node's folder (a local job writes nowhere else)."""
         self.env = env
         self.log_fd = log_fd
         self.say = say
@@ -86,9 +91,10 @@ class BucketMounts:
         path = entry["path"]
         try:
             done = subprocess.run(
-                ["rclone", "mount", entry["source"], path, "--vfs-cache-mode", "writes",
-                 "--daemon"], env=rclone_env(self.env), stdin=subprocess.DEVNULL,
-                stdout=self.log_fd, stderr=self.log_fd, check=False,
+                ["rclone", "mount", entry["source"], path, "--vfs-cache-mode", "off",
+                 "--cache-dir", str(self.cache_dir), "--daemon"],
+                env=rclone_env(self.env), stdin=subprocess.DEVNULL, stdout=self.log_fd,
+                stderr=self.log_fd, check=False,
             )  # fmt: skip
         except OSError:
             return False
@@ -152,4 +158,5 @@ def from_config(node_dir: Path, config: dict[str, Any], env: dict[str, str]) -> 
         with skipped_if_full():
             os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
 
-    return BucketMounts(config["checkpoints"]["buckets"], env, log_fd, say)
+    return BucketMounts(config["checkpoints"]["buckets"], env, log_fd, say,
+                        node_dir / "rclone-cache")  # fmt: skip

@@ -59,13 +59,15 @@ def bucket_lines(buckets: tuple[BucketSource, ...], target: NodeLayout) -> tuple
     lines = []
     for bucket in buckets:
         then = WHAT.get(bucket.mode)
-        if then is None and target.on_this_machine and not bucket.fuse_here:
+        mount = "`rclone mount` (a file reaches the bucket when closed; sequential writes)"
+        if then is None and target.on_this_machine and bucket.fuse_here:
+            then = f"{mount} with this machine's FUSE"
+        elif then is None and target.on_this_machine:
             then = ("warning: this machine has no FUSE (/dev/fuse and fusermount), so it is "
                     f"{WHAT['MOUNT_CACHED']}")  # fmt: skip
         elif then is None:
-            then = ("`rclone mount` (writes go to the bucket) where the host has FUSE "
-                    f"(/dev/fuse and fusermount), else {WHAT['MOUNT_CACHED']}, with a warning "
-                    "in the job's log")  # fmt: skip
+            then = (f"{mount} where the host has FUSE (/dev/fuse and fusermount), else "
+                    f"{WHAT['MOUNT_CACHED']}, with a warning in the job's log")  # fmt: skip
         lines.append(f"file_mounts {bucket.dst}: {bucket.source} ({bucket.rclone_path}), "
                      f"{bucket.mode}: {then}")  # fmt: skip
     return tuple(lines)

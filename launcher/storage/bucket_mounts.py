@@ -80,7 +80,7 @@ def _remote(
         path = parse_remote_path(mount.source, remotes, where)
         return path.remote, path.prefix
     model = _url_model(mount, where)
-    return Remote(f"mount{index}", model, where.split(": file_mounts.")[0]), mount.prefix
+    return Remote(f"mount{index}", model, where), mount.prefix
 
 
 def _url_model(mount: BucketMount, where: str) -> S3Remote:
