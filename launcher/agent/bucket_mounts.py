@@ -67,12 +67,11 @@ class BucketMounts:
             os.makedirs(path, exist_ok=True)
             mode = entry["mode"]
             if mode == "MOUNT":
-                tool = fusermount()
-                if tool and self._mount(entry):
+                why = self._unmountable(entry)
+                if why is None:
                     self.say(f"file_mounts {dst}: {written} mounted (rclone mount, FUSE)")
                     continue
-                self.say(f"warning: file_mounts {dst}: {written} is MOUNT, but this host has "
-                         "no FUSE (/dev/fuse and fusermount) or the mount failed: copied "
+                self.say(f"warning: file_mounts {dst}: {written} is MOUNT, but {why}: copied "
                          "instead, and what the job writes there uploaded on each checkpoint "
                          "and at the end (MOUNT_CACHED)")  # fmt: skip
             try:
@@ -87,8 +86,14 @@ class BucketMounts:
                 self.writable.append(entry)
         return None
 
-    def _mount(self, entry: dict[str, Any]) -> bool:
+    def _unmountable(self, entry: dict[str, Any]) -> str | None:
+        """Mount it; None when mounted, else why not. Only on an empty folder, as SkyPilot
+        asks: a mount would hide what the workdir or a file_mount put there."""
         path = entry["path"]
+        if not fusermount():
+            return "this host has no FUSE (/dev/fuse and fusermount)"
+        if os.listdir(path):
+            return "its destination is not empty (a mount would hide what is there)"
         try:
             done = subprocess.run(
                 ["rclone", "mount", entry["source"], path, "--vfs-cache-mode", "off",
@@ -96,15 +101,17 @@ class BucketMounts:
                 env=rclone_env(self.env), stdin=subprocess.DEVNULL, stdout=self.log_fd,
                 stderr=self.log_fd, check=False,
             )  # fmt: skip
-        except OSError:
-            return False
+        except OSError as err:
+            return f"rclone could not run: {err.strerror}"
         deadline = time.monotonic() + MOUNT_WAIT_S
         while done.returncode == 0 and time.monotonic() < deadline:
             if os.path.ismount(path):
                 self.mounted.append(path)
-                return True
+                return None
             time.sleep(0.2)
-        return False
+        if done.returncode == 0:  # a daemon that may still mount later: not over the copy
+            self._unmount(path)
+        return f"rclone mount failed (exit {done.returncode}; its output is above)"
 
     def saved(self, checkpoint: str) -> None:
         """The newest checkpoint (each look): when new, upload in the background, unless an
@@ -141,12 +148,15 @@ class BucketMounts:
         if self.uploading is not None:
             self.uploading.join()
         ok = self.upload("the job ended") if self.writable else True
-        tool = fusermount()
         for path in self.mounted:
-            if tool:
-                subprocess.run([tool, "-u", "-z", path], stdin=subprocess.DEVNULL,
-                               stdout=self.log_fd, stderr=self.log_fd, check=False)  # fmt: skip
+            self._unmount(path)
         return ok
+
+    def _unmount(self, path: str) -> None:
+        tool = fusermount()
+        if tool:
+            subprocess.run([tool, "-u", "-z", path], stdin=subprocess.DEVNULL,
+                           stdout=self.log_fd, stderr=self.log_fd, check=False)  # fmt: skip
 
 
 def from_config(node_dir: Path, config: dict[str, Any], env: dict[str, str]) -> BucketMounts:

@@ -154,3 +154,27 @@ def test_a_writable_mount_is_uploaded_on_each_checkpoint_while_the_job_runs(
                "the upload at the job's end", 60)  # fmt: skip
     log = (job_dir / "node-0" / "job.log").read_text()
     assert "file_mounts ~/out: uploaded to s3://" in log and "(checkpoint checkpoint-1)" in log
+
+
+def test_a_mount_that_cannot_be_made_is_copied_and_uploaded_with_a_warning(
+    remote, tmp_path: Path
+) -> None:
+    """The workdir already holds the MOUNT's destination (rclone mounts only on an empty
+    folder), or the machine has no FUSE: either way a copy, uploaded at the end, and said."""
+    put(remote, "res/old.txt", b"from before\n")
+    work = tmp_path / "work"
+    (work / "res").mkdir(parents=True)
+    (work / "res" / "shipped.txt").write_text("shipped\n")
+    (work / "job.yaml").write_text(
+        "name: fallback\nimage: host\n"
+        f"file_mounts:\n  res: {{source: s3://{remote['bucket']}/res, mode: MOUNT}}\n"
+        "run: {shell: 'cat res/old.txt && echo new > res/new.txt'}\n"
+    )
+    env = aws_env(remote, tmp_path)
+    run = gpujob(env, "submit", str(work / "job.yaml"), "--job-id", "f1")
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    assert "from before" in run.stdout
+    log = (tmp_path / "state" / "jobs" / "f1" / "node-0" / "job.log").read_text()
+    assert "warning: file_mounts res: s3://" in log and "copied instead" in log
+    assert s3_object(remote, "res/new.txt") == b"new\n"
+    assert s3_object(remote, "res/shipped.txt") == b"shipped\n"
