@@ -12,8 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from planning import spec_of, target
 from pydantic import BaseModel
 
+from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
+from launcher.plan.bucket_mounts import BucketSource
+from launcher.plan.build import Sources, build_plan
+from launcher.plan.model import WriteFile
 from launcher.spec.bucket_mounts import BucketMount, MountSource
 
 
@@ -160,3 +165,32 @@ def test_dry_run_shows_each_mount_and_keeps_keys_off_job_json(
         ("m", f"{job_dir}/workdir/m", "MOUNT", "gpujob_mount1:in-bkt/m"),
         ("~/out", f"{job_dir}/home/out", "MOUNT_CACHED", "gpujob_mount2:out-bkt/o"),
     ]  # fmt: skip
+
+
+def test_on_remote_hosts_each_hosts_first_node_fetches_with_the_hosts_endpoint() -> None:
+    spec = spec_of(nodes=2, file_mounts={"/output": {"source": "lab:o", "mode": "MOUNT_CACHED"}})
+    bucket = BucketSource(dst="/output", source="lab:o", mode="MOUNT_CACHED",
+                          rclone_path="gpujob_lab:b/o", env_here={"K": "http://127.0.0.1"},
+                          env_hosts={"K": "http://10.0.0.1"})  # fmt: skip
+    sources = Sources(workdir="/src/work", agent=str(AGENT_SOURCE),
+                      init_lock=str(INIT_LOCK_SOURCE), buckets=(bucket,))  # fmt: skip
+    hosts = target(2, hosts=("h1", "h2"), addresses=("10.0.0.2", "10.0.0.3"))
+    plan = build_plan(spec, hosts, "job-1", {}, None, sources)
+    for node in plan.nodes:
+        config = json.loads(
+            next(s for s in node.steps if isinstance(s, WriteFile) and s.path.endswith("job.json"))
+            .content
+        )  # fmt: skip
+        start = node.steps[-1]
+        assert config["checkpoints"]["buckets"] == [
+            {"dst": "/output", "path": "/output", "mode": "MOUNT_CACHED",
+             "source": "gpujob_lab:b/o", "written": "lab:o"},
+        ]  # fmt: skip
+        assert start.input is not None and json.loads(start.input.content)["storage"] == {
+            "K": "http://10.0.0.1"
+        }
+    assert plan.buckets == (
+        "file_mounts /output: lab:o (gpujob_lab:b/o), MOUNT_CACHED: fetched with `rclone copy` "
+        "before setup; what the job writes there is uploaded (`rclone copy`, nothing deleted) "
+        "on each checkpoint and when the job ends",
+    )
