@@ -165,7 +165,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     storage = _storage(node_dir, config, given)
     buckets = _buckets(node_dir, config, storage)
     write_status(node_dir, {**status, "state": "starting", "requested_at": asked,
-                            "fetching": bool(buckets)})  # fmt: skip
+                            **({"fetching": True} if buckets else {})})  # fmt: skip
     try:
         failed = buckets.fetch() if buckets else None  # before the job, so before `setup`
         if failed:

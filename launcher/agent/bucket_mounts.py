@@ -47,7 +47,8 @@ class BucketMounts:
         self, entries: list[dict[str, Any]], env: dict[str, str], log_fd: int,
         say: Callable[[str], None], cache_dir: Path,
     ) -> None:  # fmt: skip
-        self.entries = entries
+        # `~/...`: the plan leaves the host's home to the host (plan/file_mounts.py on_host)
+        self.entries = [{**e, "path": os.path.expanduser(e["path"])} for e in entries]
         self.cache_dir = cache_dir
         """rclone mount's own files: in the node's folder (a local job writes nowhere else)."""
         self.env = env
