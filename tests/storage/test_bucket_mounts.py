@@ -3,7 +3,8 @@ CLI and rclone: a SkyPilot task's `s3://` COPY mount is fetched before `setup` a
 the job; what the job writes into a MOUNT_CACHED mount, and into a MOUNT one (`rclone mount`
 where this machine has FUSE, else copied with its warning), is in the bucket once the job has
 ended, and a MOUNT_CACHED one's on each checkpoint while it runs; gpujob's own spec reaches a
-`REMOTE:path` of the user config. Nothing lands outside the job's folder."""
+`REMOTE:path` of the user config, fetched once for the two nodes of one host. Nothing lands
+outside the job's folder."""
 
 from __future__ import annotations
 
@@ -92,14 +93,16 @@ def test_own_spec_remote_path_and_refusals_in_one_go(remote, tmp_path: Path) -> 
     put(remote, "ds/train.txt", b"1 2 3\n")
     spec = tmp_path / "job.yaml"
     spec.write_text(
-        "name: own\nimage: host\nworkdir: null\n"
+        "name: own\nimage: host\nworkdir: null\nnodes: 2\n"
         "file_mounts:\n  ~/ds: t:ds\n"
-        "run: {shell: 'wc -w < ~/ds/train.txt'}\n"
+        "setup: 'echo \"setup on $GPUJOB_NODE_RANK: $(wc -w < ~/ds/train.txt) words\"'\n"
+        "run: {shell: 'true'}\n"
     )
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
     run = gpujob(env, "submit", str(spec), "--job-id", "o1")
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
-    assert "3" in run.stdout.split()
+    # two nodes of one host: the host's first node fetches, before either node's setup
+    assert "setup on 0: 3 words" in run.stdout and "setup on 1: 3 words" in run.stdout
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(
