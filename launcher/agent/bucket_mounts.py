@@ -61,7 +61,8 @@ class BucketMounts:
         self.newest = ""
 
     def fetch(self) -> str | None:
-        """Each bucket in place; the reason of the first failure (the job does not start)."""
+        """Each bucket in place; the reason of the first failure (the job does not start),
+        with rclone's last line: the start's answer is all the user sees of it."""
         rc = Rclone(self.env, log=self.log_fd)
         for entry in self.entries:
             dst, path, written = entry["dst"], entry["path"], entry["written"]
@@ -76,7 +77,7 @@ class BucketMounts:
                          "instead, and what the job writes there uploaded on each checkpoint "
                          "and at the end (MOUNT_CACHED)")  # fmt: skip
             try:
-                rc.run("copy", entry["source"], path, *COPYING,
+                rc.run("copy", entry["source"], path, *COPYING, capture=True,
                        what=f"copy of {written} into file_mounts {dst}")  # fmt: skip
             except SyncError as err:
                 return f"file_mounts {dst}: {err}"

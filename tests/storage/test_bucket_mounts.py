@@ -181,3 +181,19 @@ def test_a_mount_that_cannot_be_made_is_copied_and_uploaded_with_a_warning(
     assert "warning: file_mounts res: s3://" in log and "copied instead" in log
     assert s3_object(remote, "res/new.txt") == b"new\n"
     assert s3_object(remote, "res/shipped.txt") == b"shipped\n"
+
+
+def test_a_bucket_that_cannot_be_fetched_fails_the_start_in_one_line(
+    remote, tmp_path: Path
+) -> None:
+    (tmp_path / "job.yaml").write_text(
+        "name: nofetch\nimage: host\nworkdir: null\n"
+        "file_mounts:\n  ~/d: s3://gj-no-such-bucket-here/x\n"
+        "setup: echo setup ran\nrun: {shell: 'echo run ran'}\n"
+    )
+    run = gpujob(aws_env(remote, tmp_path), "submit", str(tmp_path / "job.yaml"), "--job-id", "n1")
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "setup ran" not in run.stdout and "run ran" not in run.stdout
+    assert "file_mounts ~/d: rclone copy of s3://gj-no-such-bucket-here/x into file_mounts ~/d " \
+        "failed with exit 3: " in run.stderr and "directory not found" in run.stderr  # fmt: skip
+    assert "Traceback" not in run.stderr + run.stdout
