@@ -12,6 +12,7 @@ job's peak memory. Clients read `status.json` and stream `job.log` by byte offse
     gpujob-agent.py cancel NODE_DIR [S] [--agent-gone]  SIGTERM the job, SIGKILL what is
                                           left after S seconds, whatever its supervisor's
                                           state (stopping.py)
+    gpujob-agent.py hooks NODE_DIR EVENT  the job's lifecycle hooks of EVENT (lifecycle_hooks.py)
     gpujob-agent.py read NODE_DIR OFFSET [WAIT]  the log from OFFSET to stdout, status to
                                           stderr; WAIT s for new bytes if there are none
 """
@@ -377,8 +378,18 @@ def _buckets(node_dir: Path, config: dict[str, Any], storage: dict[str, str]) ->
     return bucket_mounts.from_config(node_dir, config, storage)
 
 
+def _hooks(node_dir: Path, event: str) -> int:
+    """The job's lifecycle hooks of `event`; how many failed. Their module is shipped only
+    with a job that has some (lifecycle_hooks.py)."""
+    if not read_json(node_dir / "job.json").get("lifecycle_hooks"):
+        return 0
+    from lifecycle_hooks import run_hooks
+
+    return run_hooks(node_dir, event)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("start", "status", "cancel", "read"):
+    if len(argv) < 2 or argv[0] not in ("start", "status", "cancel", "read", "hooks"):
         sys.stderr.write(__doc__ or "")
         return 2
     node_dir = Path(argv[1]).resolve()
@@ -389,7 +400,10 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "cancel":  # [GRACE] [--agent-gone] [--dump-first]
         grace_s, gone = cancel_args(node_dir, argv[2:])
+        _hooks(node_dir, "stop")  # before the SIGTERM, while the job's files are there
         return cancel(node_dir, grace_s, agent_gone=gone)
+    if argv[0] == "hooks":  # EVENT: `preemption` or `down` (lifecycle_hooks.py)
+        return min(_hooks(node_dir, argv[2]), 1) if argv[2:] else 2
     wait_s = float(argv[3]) if len(argv) > 3 else 0.0
     return read(node_dir, int(argv[2]) if len(argv) > 2 else 0, wait_s)
 

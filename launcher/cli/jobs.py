@@ -28,7 +28,10 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
     help="SSH host(s): hosts.yaml name or user@addr[:port]; one per node, node 0 first. "
     "Or slurm:NAME[/PARTITION]: queue it on a hosts.yaml `type: slurm` cluster.",
 )  # fmt: skip
-@click.option("--up", metavar="GPU[:N]", help="Rent one host per node first, e.g. a100.")
+@click.option("--up", metavar="[GPU[:N]]", is_flag=False, flag_value="spec",
+              help="Rent one host per node first, e.g. a100; alone: the spec's GPU, the "
+              "cheapest offer of its candidates (any_of) or the first one offered (ordered), "
+              "across the clouds unless --provider names one.")  # fmt: skip
 @click.option("--provider", type=click.Choice(["lambda", "vast"]), default="lambda",
               show_default=True, help="With --up: which cloud.")  # fmt: skip
 @click.option("--runtime", type=click.Choice(["auto", "docker", "bare"]), default="auto",
@@ -80,16 +83,28 @@ SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set prof
               help="With --ladder: steps per rung (GPUJOB_MAX_STEPS, which the job honours); "
               "without it, each rung ends at its first complete checkpoint.")  # fmt: skip
 def submit(**kwargs: Any) -> None:
-    """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code."""
+    """Run the job in SPEC (a job YAML) and stream its log; exits with the job's exit code.
+    A SkyPilot job group (a header document with `execution: parallel`, then one document per
+    task) starts every task together, each its own job, followed as one group."""
     from launcher.commands.submit import SubmitOptions
     from launcher.commands.submit import submit as run_submit
 
     rungs, steps = kwargs.pop("ladder"), kwargs.pop("ladder_steps")
     _refuse_idle_flags(kwargs)
     _env_flags(kwargs)
-    if kwargs["up"]:
+    if kwargs["up"] == "spec":  # targets/cloud/candidates.py's FROM_SPEC: chosen there
+        given = click.get_current_context().get_parameter_source("provider")
+        if given is not click.core.ParameterSource.COMMANDLINE:
+            kwargs["provider"] = "any"  # candidates.ANY_CLOUD: every cloud quotes
+    elif kwargs["up"]:
         kwargs["provider"] = provider_for(kwargs["up"], kwargs["provider"])
     options = SubmitOptions(spec_path=kwargs.pop("spec"), **kwargs)
+    from launcher.spec.job_group import is_group_file
+
+    if is_group_file(options.spec_path):
+        from launcher.commands.group_submit import submit_group
+
+        sys.exit(submit_group(options, ladder=rungs is not None or steps is not None))
     if rungs is not None or steps is not None:
         from launcher.commands.ladder import ladder
 
@@ -158,7 +173,8 @@ def _refuse_idle_flags(kwargs: dict[str, Any]) -> None:
 @click.option("--node", type=int, help="Only this node's log (multi-node jobs).")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 def logs(job: str, follow: bool, node: int | None, tail: int | None) -> None:
-    """Print a job's log (JOB: id, id prefix, or name for the newest of that name)."""
+    """Print a job's log (JOB: id, id prefix, or name for the newest of that name); a job
+    group's id or name: every task's log, each line prefixed by its task."""
     from launcher.commands.logs import logs as show_logs
 
     sys.exit(show_logs(job, follow=follow, node=node, tail=tail))
@@ -203,6 +219,8 @@ def status(as_json: bool, limit: int) -> None:
         click.echo("no jobs yet; try: gpujob init quickstart && gpujob submit quickstart.yaml")
         return
     columns = ("id", "state", "exit_code", "nodes", "provider", "runtime_s", "warning", "last_line")
+    if any(row.get("group") for row in rows):  # a job group's tasks: GROUP/task
+        columns = (columns[0], "group", *columns[1:])
     if any(row.get("recovery") for row in rows):
         columns = (*columns[:-1], "recovery", columns[-1])
     if any(row.get("metrics") for row in rows):  # the headline figure, before the warning
@@ -221,7 +239,8 @@ def status(as_json: bool, limit: int) -> None:
 @click.option("--grace", default=30.0, show_default=True, help="Seconds between TERM and KILL.")
 @click.option("--dry-run", is_flag=True, help="Print the commands; change nothing.")
 def cancel(job: str, grace: float, dry_run: bool) -> None:
-    """Stop every node of a job: SIGTERM, then SIGKILL after the grace period."""
+    """Stop every node of a job: SIGTERM, then SIGKILL after the grace period. A job
+    group's id or name stops every task of the group."""
     from launcher.commands.cancel import cancel as run_cancel
 
     sys.exit(run_cancel(job, grace, dry_run))

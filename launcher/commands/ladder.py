@@ -61,6 +61,10 @@ def ladder(request: LaunchRequest, rungs: str | None, steps: int | None) -> int:
         raise UsageError(f"--ladder-steps {steps} goes with --ladder (the rungs to run)",
                          "add --ladder 1,2,4, or leave --ladder-steps out")  # fmt: skip
     _refuse_with(request)
+    if request.up:  # `--up` alone: the spec's candidates quoted, one taken
+        from launcher.targets.cloud.candidates import rental_of
+
+        request = rental_of(request)
     loaded = load_requested(vars(request))
     plan = plan_ladder(loaded.spec, rungs, steps, loaded.where("batch", "global_batch"))
     ladder_id = request.job_id or new_job_id(loaded.spec.name)

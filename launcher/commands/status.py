@@ -44,12 +44,17 @@ class JobRow(TypedDict, total=False):
     metrics: str
     node_states: list[NodeRow]
     recovery: RecoveryNote
+    group: str
+    """A job group's task: `GROUP_ID/task` (jobs/group.py)."""
 
 
 def status_rows(limit: int = 20) -> list[JobRow]:
     """Jobs, newest first, refreshed from their agents."""
+    from launcher.jobs.group import all_groups, group_column
+
     db = StateDB()
     rows: list[JobRow] = []
+    groups = group_column(all_groups())
     for job in db.jobs(limit):
         from launcher.supervise.recover import status_note  # only with a job to show
 
@@ -81,6 +86,8 @@ def status_rows(limit: int = 20) -> list[JobRow]:
             row["metrics"] = shown
         if recovery is not None:
             row["recovery"] = recovery
+        if job.id in groups:
+            row["group"] = groups[job.id]
         rows.append(row)
     return rows
 

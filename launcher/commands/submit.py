@@ -55,6 +55,10 @@ def _submit(request: LaunchRequest, rent: Rent | None) -> int:
             "0 before the start, verified")  # fmt: skip
         request = replace(request, resume_from=found.name)
         before_start = pull_onto_head(Checkpoint(found.name, found.step, found.remote))
+    if request.up:  # `--up` alone: the spec's candidates quoted, one taken
+        from launcher.targets.cloud.candidates import rental_of
+
+        request = rental_of(request)
     started = launch(request, target_for_request(request, rent), before_start)
     if started is None:  # a dry run: printed
         return 0
@@ -92,16 +96,21 @@ def _after_start(request: LaunchRequest, started: Started) -> int:
         else:
             print(job.id)
         return 0
+    from launcher.jobs.forwarding import forwarded_while
+    from launcher.state.served import ServedDB
     from launcher.supervise.watch import follow_job
+    from launcher.targets.base import target_for
 
+    served = ServedDB().get(job.id)
     try:
-        code = follow_job(
-            job,
-            follow=True,
-            opened=started.opened,
-            first_reads=started.first_reads,
-            dump_hung=bool(kept and started.keep_s),
-        )  # kept: its ranks dumped first
+        with forwarded_while(job, target_for(job), served.ports if served else [], say):
+            code = follow_job(
+                job,
+                follow=True,
+                opened=started.opened,
+                first_reads=started.first_reads,
+                dump_hung=bool(kept and started.keep_s),
+            )  # kept: its ranks dumped first
     finally:
         if kept:
             _hosts_stay(db, job.id, kept)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.errors import GpujobError
+from launcher.jobs.down_hooks import run_down_hooks
 from launcher.jobs.lifecycle import failed_to_start, never_started, settle, settle_unstarted
 from launcher.jobs.state import JobState, is_terminal, record_job_state
 from launcher.say import say
@@ -98,6 +99,7 @@ class CancelFirst:
         for job, on in self.jobs:
             out.append(f"would ask job {job.id}'s agents (on {', '.join(on)}) for its state "
                        "and, if it still runs, cancel it first:")  # fmt: skip
+            out.append("  its down hooks, if any, on node 0 first (jobs/down_hooks.py)")
             out += [f"  {line}" for line in target_for(job).cancel_lines(job, self.grace_s)]
         return out
 
@@ -111,6 +113,7 @@ class CancelFirst:
                 continue
             say(f"job {job.id} still runs on {', '.join(on)}: cancelling it first"
                 + (" (its log and last checkpoints go to S3)" if job.logs_to else ""))  # fmt: skip
+            run_down_hooks(job)
             try:
                 cancel_job(job, self.grace_s)
             except GpujobError as err:

@@ -5,7 +5,8 @@ host's), said directly where the job runs here, and one line where gpujob cannot
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 
 from launcher.errors import GpujobError, UsageError
 from launcher.state.db import JobRecord
@@ -63,3 +64,32 @@ def forward_job(
         return forward(conn.client, pairs, ready)
     finally:
         conn.close()
+
+
+@contextmanager
+def forwarded_while(job: JobRecord, target: Target, ports: list[int], show: Show) -> Iterator[None]:
+    """`submit` following its job: each port of node 0 forwarded here while the block runs
+    (the same port here, or a free one where it is taken), the local URLs said once. Where
+    the job runs here its ports are this machine's (launch said them); a forward that cannot
+    start is a warning, never the job's failure."""
+    from launcher.remote.forward import forwarding, free_local_port
+    from launcher.remote.ssh import SSHConnection
+
+    with ExitStack() as stack:
+        if ports and not target.traits.on_this_machine:
+            try:
+                refuse_unreachable(job, target)
+                conn = node_of(job, target, 0).connection
+                assert isinstance(conn, SSHConnection)
+                stack.callback(conn.close)
+                conn.connect()
+                pairs = [(port, free_local_port(port)) for port in ports]
+                stack.enter_context(forwarding(conn.client, pairs))
+            except GpujobError as err:
+                show(f"warning: job {job.id}'s ports are not forwarded: {err.one_line()}; "
+                     f"`gpujob port-forward {job.id}` tries again")  # fmt: skip
+            else:
+                for remote, local in pairs:
+                    show(f"http://127.0.0.1:{local}/  <- port {remote} of job {job.id}'s "
+                         f"node 0 ({conn.host}), forwarded while submit follows it")  # fmt: skip
+        yield

@@ -62,6 +62,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         BUCKETS_SOURCE,
         CAPTURE_SOURCE,
         INIT_LOCK_SOURCE,
+        LIFECYCLE_SOURCE,
         NOTIFY_SOURCE,
     )  # fmt: skip
     from launcher.jobs.notify import notify_hooks
@@ -75,6 +76,11 @@ def prepare(request: LaunchRequest) -> JobInput:
     loaded = load_requested(vars(request))
     spec = loaded.spec
     _say_translation(loaded, request.dry_run)
+    if spec.resources.candidates is not None and not request.up:
+        from launcher.spec.candidates import unrented_line
+
+        say(unrented_line(loaded.where("resources", "candidates"), spec.resources.candidates,
+                          spec.resources.accelerators))  # fmt: skip
     if spec.resources.use_spot and not request.up:  # only a rental is ever interruptible
         where = "the --on hosts" if request.on else "this machine"
         say(f"warning: {loaded.where('resources', 'use_spot')}: resources.use_spot has no "
@@ -113,10 +119,12 @@ def prepare(request: LaunchRequest) -> JobInput:
             *AGENT_MODULES,
             *[NOTIFY_SOURCE] * bool(hooks),
             *[BUCKETS_SOURCE] * bool(buckets),
+            *[LIFECYCLE_SOURCE] * bool(spec.hooks),
         ),
         job_modules=(str(CAPTURE_SOURCE),),
         user=user_name(),
-        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts},
+        mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts}
+        | {f"hf:{dst}": loaded.where("hf_mounts", dst) for dst in spec.hf_mounts},
         notify=hooks,
         buckets=buckets,
     )

@@ -19,6 +19,7 @@ from launcher.plan import docker
 from launcher.plan.bucket_mounts import BucketSource, bucket_care, bucket_lines
 from launcher.plan.env_build import env_script
 from launcher.plan.file_mounts import container_volumes, lasting_copies, mount_steps
+from launcher.plan.hook_files import hook_files
 from launcher.plan.launch import (
     HOSTFILE,
     INIT_FILE,
@@ -55,6 +56,7 @@ from launcher.plan.node_files import (
     secrets_file,
     start_input,
 )
+from launcher.plan.node_sources import clone_steps, setup_script
 from launcher.plan.reach import check_rendezvous, reach_checks
 from launcher.plan.sandbox import home_step, job_venv, uses_job_venv, venv_step
 from launcher.plan.setup_barrier import barrier_file
@@ -247,7 +249,10 @@ def _node_plan(
         lasting = lasting_copies(spec, target, workdir_copy)
         ships, places = mount_steps(job_dir, spec, target, lasting, sources.mounts_where)
         steps.extend(ships)  # every folder's listing before the batch's first command
-        steps.extend(_workdir_steps(target, sources, f"{job_dir}/workdir"))
+        workdir = f"{job_dir}/workdir"
+        steps.extend(
+            clone_steps(spec, workdir, secrets) or _workdir_steps(target, sources, workdir)
+        )
         if target.sandbox:  # the job's own HOME, before a `~/...` mount is put there
             steps.append(home_step(target, job_dir))
         steps.extend(places)  # after the workdir's copy: a mount inside it overwrites it
@@ -274,8 +279,9 @@ def _node_plan(
             prepare.append(_env_setup(target, image, requirements))
         if spec.run.launcher_name == "deepspeed" and spec.nodes > 1:
             steps.append(WriteFile(path=f"{job_dir}/{HOSTFILE}", content=hostfile(spec)))
-    if spec.setup:
-        steps.append(WriteFile(path=f"{node_dir}/setup.sh", content=spec.setup.rstrip() + "\n"))
+    setup = setup_script(spec, job_dir, target, sources.mounts_where)
+    if setup:
+        steps.append(WriteFile(path=f"{node_dir}/setup.sh", content=setup))
         if spec.nodes > 1:
             steps.append(barrier_file(node_dir))
     shell_block = user_run_file(spec)
@@ -285,6 +291,7 @@ def _node_plan(
     node = NodeContext(spec, target, rank, job_dir, node_dir, python, values, sources.spec_where,
                        sources.user)  # fmt: skip
     steps.append(WriteFile(path=f"{node_dir}/run.sh", content=run_script(node), mode=0o755))
+    steps.extend(hook_files(spec, node_dir, f"{job_dir}/workdir", node_env(node), rank))
     in_files = not secrets_on_stdin
     secret_file = secrets_file(f"{node_dir}/{SECRETS_JSON}", secrets) if in_files else None
     if secret_file is not None:

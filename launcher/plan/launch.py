@@ -138,7 +138,7 @@ def run_script(node: NodeContext) -> str:
         memory_limit_kib=int(limit * 1024 * 1024) if limit else None,
         workdir=f"{node.job_dir}/workdir",
         pylib=f"{node.job_dir}/{PYLIB}",
-        setup=f"{node.node_dir}/setup.sh" if spec.setup else None,
+        setup=f"{node.node_dir}/setup.sh" if spec.setup or spec.hf_mounts else None,
         barrier=_setup_barrier(node),
         merge=merge_step(spec, node.python, node.node_dir, node.rank),
         started=f"[gpujob] node {node.rank} of {spec.nodes} ({node.target.runtime} runtime): "
@@ -157,7 +157,7 @@ def _venv_python(python: str) -> bool:
 def _setup_barrier(node: NodeContext) -> list[list[str]] | None:
     """With several nodes, every setup must succeed before any run starts (setup_barrier.py)."""
     spec = node.spec
-    if not spec.setup or spec.nodes == 1:
+    if not (spec.setup or spec.hf_mounts) or spec.nodes == 1:
         return None
     port = spec.run.rdzv_port
     bound = spec.run.rdzv_timeout_s

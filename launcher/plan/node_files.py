@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from launcher.agent.notify import Hook
 from launcher.plan.docker import container_name
+from launcher.plan.hook_files import hook_config
 from launcher.plan.model import JobLimits, NodeLayout, SecretInput, WriteFile
 from launcher.spec.job import JobSpec
 
@@ -178,6 +179,8 @@ def agent_config(
     if notify:
         config["notify"] = notify
         config["notify_file"] = NOTIFY_JSON if not on_stdin else None
+    if spec.hooks and rank == 0:
+        config["lifecycle_hooks"] = hook_config(spec, rank)
     if spec.max_duration is not None:
         config["max_duration_s"] = spec.max_duration
     if spec.resources.idle_gpu is not None:

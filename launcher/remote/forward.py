@@ -72,18 +72,9 @@ def forward(client: Client, pairs: list[tuple[int, int]], ready: Callable[[], No
     """Forward until a signal ends the command: its exit code, 128 + the signal's number.
     `ready` is called once every local port listens. A forward that cannot start, or whose
     connection drops, is a GpujobError naming what ssh said."""
-    for remote, local in pairs:
-        if port_taken(local):
-            raise UsageError(f"port {local} is taken on this machine",
-                             f"forward to another: {remote}:LOCAL")  # fmt: skip
     with _stop_on_signals():
-        proc = subprocess.Popen(forward_argv(client, pairs), stdin=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=_ends_with_this())  # fmt: skip
-        assert proc.stderr is not None
-        said = StderrTee(proc.stderr)  # "open failed: connect failed" shown: nothing listens
+        proc, said = _start(client, pairs, show=True)  # "open failed": nothing listens there
         try:
-            _wait_listening(proc, said, [local for _, local in pairs])
             ready()
             proc.wait()
         except Stopped as stop:
@@ -94,6 +85,44 @@ def forward(client: Client, pairs: list[tuple[int, int]], ready: Callable[[], No
                 proc.wait()
     raise GpujobError(f"{client.endpoint.where}: the forward ended: {_last(said) or 'no reason'}",
                       "run it again when the host answers")  # fmt: skip
+
+
+@contextmanager
+def forwarding(client: Client, pairs: list[tuple[int, int]]) -> Iterator[None]:
+    """The forward in the background while the block runs (`submit` following its job):
+    every local port listens when the block starts, and the forward ends with it (or with
+    this command, however it dies). ssh's complaints while the job's server is not up yet
+    stay out of the job's log."""
+    proc, _ = _start(client, pairs, show=False)
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait()
+
+
+def _start(
+    client: Client, pairs: list[tuple[int, int]], show: bool
+) -> tuple[subprocess.Popen[bytes], StderrTee]:
+    """The forward's ssh, once every local port listens."""
+    for remote, local in pairs:
+        if port_taken(local):
+            raise UsageError(f"port {local} is taken on this machine",
+                             f"forward to another: {remote}:LOCAL")  # fmt: skip
+    proc = subprocess.Popen(forward_argv(client, pairs), stdin=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_ends_with_this())  # fmt: skip
+    assert proc.stderr is not None
+    said = StderrTee(proc.stderr, show=show)
+    try:
+        _wait_listening(proc, said, [local for _, local in pairs])
+    except BaseException:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+        raise
+    return proc, said
 
 
 def _ends_with_this() -> Callable[[], None] | None:

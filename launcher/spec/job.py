@@ -20,9 +20,11 @@ from pydantic import (
 
 from launcher.spec.batch import BatchSpec, batch_refusal
 from launcher.spec.bucket_mounts import MountSource
+from launcher.spec.candidates import Candidates
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
 from launcher.spec.keep import KEEP_FIELD_HELP, MAX_KEEP_S, KeepWindow
+from launcher.spec.lifecycle import GitWorkdir, HookSpec, checked_hf_mounts
 from launcher.spec.limits import AutostopSpec, IdleGpuPolicy, Seconds, StrictModel
 from launcher.spec.metrics import MetricsSpec
 from launcher.spec.notify import NotifySpec
@@ -49,8 +51,9 @@ THE_JOBS_OWN = ("GPUJOB_CAPTURE_EVERY", "GPUJOB_CAPTURE_STEPS")
 def reserved_env(name: str) -> str | None:
     """Why `name` may not be set by the spec, or None: gpujob sets it on every node (run.sh
     exports it after the spec's own), so the spec's value would be silently replaced.
-    SKYPILOT_DOCKER_* are a registry login, not a node variable (skypilot-task.md §2)."""
-    if name.startswith("SKYPILOT_DOCKER_") or name in THE_JOBS_OWN:
+    SKYPILOT_DOCKER_* are a registry login, not a node variable (skypilot-task.md §2);
+    SKYPILOT_JOBGROUP_* reach a job group's tasks through their envs (spec/job_group.py)."""
+    if name.startswith(("SKYPILOT_DOCKER_", "SKYPILOT_JOBGROUP_")) or name in THE_JOBS_OWN:
         return None
     if name.startswith(("GPUJOB_", "SKYPILOT_")) or name in GPUJOB_SETS:
         return f"`{name}` is set by gpujob on every node (the node's own value); rename it"
@@ -84,6 +87,10 @@ class Resources(StrictModel):
         description="`submit --up` rents interruptible hosts at a bid (Vast; refused on Lambda, "
         "which has none); an outbid host is stopped.",
     )
+    candidates: Candidates | None = Field(
+        default=None, description="GPUs the job can run on (SkyPilot's any_of/ordered): "
+        "`submit --up` alone rents the cheapest (or first servable) of them.",
+    )  # fmt: skip
 
     @field_validator("accelerators")
     @classmethod
@@ -162,6 +169,18 @@ class JobSpec(StrictModel):
         "fetched onto every node before setup (see BucketMount).",
     )
     run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
+    workdir_git: GitWorkdir | None = Field(
+        default=None,
+        description="A git repository cloned on the node as the workdir (nothing shipped).",
+    )
+    hf_mounts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Hugging Face repositories fetched on each node before `setup` (`hf "
+        "download`, HF_TOKEN from envs/secrets): destination -> hf://ORG/NAME[@REV][/PATH].",
+    )
+    hooks: list[HookSpec] = Field(
+        default_factory=list, description="Lifecycle hooks (SkyPilot's `config.hooks`)."
+    )
     batch: BatchSpec = Field(default_factory=BatchSpec)
     envs: dict[str, EnvValue] = Field(default_factory=dict)
     nccl: dict[str, EnvValue] = Field(default_factory=dict, description="NCCL_* variables.")
@@ -250,6 +269,11 @@ class JobSpec(StrictModel):
     @classmethod
     def _mounts_exist_here(cls, value: dict[str, MountSource]) -> dict[str, MountSource]:
         return checked_mounts(value)
+
+    @field_validator("hf_mounts")
+    @classmethod
+    def _hf_sources(cls, value: dict[str, str]) -> dict[str, str]:
+        return checked_hf_mounts(value)
 
     @model_validator(mode="after")
     def _mount_modes(self) -> JobSpec:

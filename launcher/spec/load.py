@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from launcher.errors import ManyUsageErrors, UsageError
 from launcher.spec import skypilot
 from launcher.spec.both_worlds import own_spec_names, rclone_remotes
+from launcher.spec.candidates import taken
 from launcher.spec.env_flags import apply_env_flags, flag_environ, provided
 from launcher.spec.job import JobSpec
 from launcher.spec.run import FieldError
@@ -57,16 +58,23 @@ def load_job_spec(
     up: str | None = None,
     envs: tuple[str, ...] = (),
     secrets: tuple[str, ...] = (),
+    task: str | None = None,
 ) -> LoadedSpec:
     """`up`: `submit --up GPU`, which picks a SkyPilot task's candidate of that GPU; `envs`
-    and `secrets`: `submit --env`/`--secret` (spec/env_flags.py)."""
+    and `secrets`: `submit --env`/`--secret` (spec/env_flags.py); `task`: the document of
+    that name in a job group's file (spec/job_group.py)."""
     path = Path(path)
-    data, lines = read_yaml(
-        path,
-        "job spec",
-        "a job spec is a mapping of keys such as `name`, `image`, `run`",
-        "`gpujob init quickstart` writes an example; `gpujob schema` lists every field",
-    )
+    if task is not None:
+        from launcher.spec.job_group import task_document
+
+        data, lines = task_document(path, task)
+    else:
+        data, lines = read_yaml(
+            path,
+            "job spec",
+            "a job spec is a mapping of keys such as `name`, `image`, `run`",
+            "`gpujob init quickstart` writes an example; `gpujob schema` lists every field",
+        )
     origins = {loc: f"{path}:{line}" for loc, line in lines.items()}
     translation = None
     overrides = [_parse_set(item) for item in sets]
@@ -96,6 +104,8 @@ def load_job_spec(
         raise _explain(err, origins, str(path), refusals) from None
     if refusals:
         raise _many(refusals, str(path))
+    if translation is None:  # a task's translation takes its candidate itself
+        spec = spec.model_copy(update={"resources": taken(spec.resources, up)})
     return LoadedSpec(spec=spec, path=path, origins=origins, translation=translation)
 
 
@@ -105,7 +115,8 @@ def load_requested(request: Mapping[str, Any]) -> LoadedSpec:
     `--resume-from` and recovery's checkpoint look-up read the same spec, env flags included."""
     return load_job_spec(request["spec_path"], tuple(request.get("sets") or ()),
                          up=request.get("up"), envs=tuple(request.get("envs") or ()),
-                         secrets=tuple(request.get("secrets") or ()))  # fmt: skip
+                         secrets=tuple(request.get("secrets") or ()),
+                         task=request.get("group_task"))  # fmt: skip
 
 
 def _parse_set(item: str) -> tuple[Path_, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from launcher.spec.sky_unsupported import hf_source
+from launcher.spec.sky_lifecycle import hf_mount
 
 if TYPE_CHECKING:
     from launcher.spec.skypilot import _Reader as Reader
@@ -33,7 +33,8 @@ def sky_file_mounts(
         with reader.collect():
             loc = ("file_mounts", str(dst))
             if isinstance(src, str) and src.startswith("hf://"):
-                hf_source(reader, loc, src)
+                hf_mount(reader, loc, src, envs)
+                continue
             bucket = isinstance(src, Mapping) or (isinstance(src, str) and "://" in src)
             if not bucket and not isinstance(src, str):
                 raise reader.refuse(loc, f"{src!r} is neither a path nor a bucket",

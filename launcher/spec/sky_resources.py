@@ -2,9 +2,10 @@
 
 Where to rent is gpujob's choice (`--on`, this machine, SLURM, or `--up GPU --provider`), so
 SkyPilot's `cloud`, `infra`, `region` and `zone` are preferences: a warning, never a
-refusal. Candidate resources (`any_of`, `ordered`, a list or set of accelerators) become one
-node shape: the first in the task's order, named in the dry run with the others; `submit
---up GPU` takes the candidate of that GPU instead (jobs/launch.py reads `candidates`).
+refusal. Candidate resources (`any_of`, `ordered`, a list or set of accelerators) are kept
+whole in `resources.candidates` (spec/candidates.py), and the job is planned for one of them:
+the first in the task's order, or the candidate of `--up GPU` (`submit --up` alone asks the
+clouds and names the one it chose: targets/cloud/candidates.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from launcher.spec.candidates import candidate_of
 from launcher.spec.job import Resources
 from launcher.spec.limits import parse_duration
 from launcher.spec.yaml_lines import Path_
@@ -41,9 +43,11 @@ TASK_RESOURCES = {"infra", "cloud", "region", "zone", "accelerators", "gpus", "c
 GPUJOB_RESOURCES = set(Resources.model_fields) - TASK_RESOURCES
 CANDIDATES = ("any_of", "ordered")
 ORDER_SAID = {
-    "ordered": "the first in the task's order (SkyPilot's failover order)",
-    "any_of": "the first written (SkyPilot would take the cheapest offer)",
+    "ordered": "the first in the task's order (SkyPilot's failover order); `submit --up` "
+    "alone rents the first one a cloud offers",
+    "any_of": "the first written; `submit --up` alone rents the cheapest offer of them",
 }
+CHOOSE = {"ordered": "in_order", "any_of": "cheapest"}
 AUTOSTOP_KEYS = ("idle_minutes", "down", "wait_for", "hook", "hook_timeout")
 AUTOSTOP_WAIT = "jobs_and_ssh"
 """SkyPilot's `autostop.wait_for` that gpujob's host watcher keeps: idle means no job and no
@@ -85,14 +89,15 @@ def _chosen_candidate(reader: Reader, resources: Mapping[str, Any]) -> dict[str,
         if not isinstance(entries, list) or not entries:
             raise reader.refuse(("resources", kind), "it must be a list of resources",
                                 "write `- accelerators: L4:1` entries")  # fmt: skip
-        labels = []
+        labels, spots = [], []
         for entry in entries:
             if not isinstance(entry, Mapping):
                 raise reader.refuse(("resources", kind), "each entry must be a mapping",
                                     "write `- accelerators: L4:1`")  # fmt: skip
             one = entry.get("accelerators", entry.get("gpus", accelerators))
             labels.append(_label(one) if one is not None else "(no GPU)")
-        n = _said(reader, ("resources", kind), kind, labels)
+            spots.append(entry.get("use_spot", resources.get("use_spot", False)))
+        n = _said(reader, ("resources", kind), kind, labels, spots)
         return {str(k): (("resources", kind, n, str(k)), v) for k, v in entries[n].items()}
     if isinstance(accelerators, str) and "," in accelerators:
         accelerators = [a.strip() for a in accelerators.split(",")]
@@ -104,7 +109,8 @@ def _chosen_candidate(reader: Reader, resources: Mapping[str, Any]) -> dict[str,
         ]  # fmt: skip
         labels = [_label(item) for item in items]
         kind = "ordered" if isinstance(accelerators, list) else "any_of"
-        n = _said(reader, ("resources", key), kind, labels)
+        n = _said(reader, ("resources", key), kind, labels,
+                  [resources.get("use_spot", False)] * len(labels))  # fmt: skip
         return {key: (("resources", key), labels[n])}
     return {}
 
@@ -116,15 +122,10 @@ def _label(value: Any) -> str:
     return str(value)
 
 
-def _gpu_key(name: str) -> str:
-    """SkyPilot's GPU names compare case-insensitively, `-`, `_` and spaces aside."""
-    return re.sub(r"[\s_-]+", "", name.partition(":")[0].lower())
-
-
-def _said(reader: Reader, loc: Path_, kind: str, labels: list[str]) -> int:
-    """The candidate taken (`--up GPU`'s, else the first), said with every candidate."""
-    wanted = _gpu_key(reader.up) if reader.up else None
-    taken = next((n for n, label in enumerate(labels) if _gpu_key(label) == wanted), None)
+def _said(reader: Reader, loc: Path_, kind: str, labels: list[str], spots: list[Any]) -> int:
+    """The candidate taken (`--up GPU`'s: the same label first, else the same GPU; else the
+    first), said with every candidate; all of them kept in `resources.candidates`."""
+    taken = candidate_of(reader.up, labels) if reader.up else None
     if taken is not None:
         why = f"the candidate of `--up {reader.up}`"
     else:
@@ -132,6 +133,12 @@ def _said(reader: Reader, loc: Path_, kind: str, labels: list[str]) -> int:
         why = ORDER_SAID[kind]
         why += "; `--up GPU` takes the candidate of that GPU"
     reader.out.candidates[:] = labels
+    reader.out.data.setdefault("resources", {})["candidates"] = {
+        "choose": CHOOSE[kind],
+        "of": [{"accelerators": None if label == "(no GPU)" else label, "use_spot": spot}
+               for label, spot in zip(labels, spots, strict=True)],
+    }  # fmt: skip
+    reader.out.origins[("resources", "candidates")] = reader.where(*map(str, loc))
     reader.out.notes.append(
         f"{reader.where(*map(str, loc))}: {'.'.join(map(str, loc))}: candidates "
         f"{', '.join(labels)}: gpujob takes {labels[taken]}, {why}"
@@ -156,7 +163,7 @@ def _resource(reader: Reader, key: str, loc: Path_, value: Any) -> None:
         reader.put(("resources", "disk_gb"), loc, int(_size(reader, loc, value)))
     elif key == "use_spot":  # honoured on Vast; `submit --up --provider lambda` refuses it
         reader.put(("resources", "use_spot"), loc, value)
-    elif key == "ports":  # forwarded over SSH by `gpujob port-forward` (spec/web.py)
+    elif key == "ports":  # forwarded over SSH by submit and port-forward (spec/web.py)
         reader.put(("ports",), loc, value)
     elif key == "max_hourly_cost":
         reader.put(("resources", "max_hourly_cost"), loc, value)

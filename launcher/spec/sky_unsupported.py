@@ -1,7 +1,7 @@
 """SkyPilot 0.13-0.14 fields that gpujob reads and does not honour (yet), each one line that
 names the field, says why, and what to do: instead of an unknown-key error, and alongside
 every other error of the file (skypilot.py's `reader.collect()`). Run-time work for later
-(hooks, a git workdir, hf:// sources, job groups) says "not supported yet by gpujob"; what
+(pipelines of tasks, docker options) says "not supported yet by gpujob"; what
 changes SkyPilot itself (`service:`, most `config:` keys) says that gpujob has no such thing.
 """
 
@@ -10,20 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from launcher.spec.sky_lifecycle import sky_hooks
+
 if TYPE_CHECKING:
     from launcher.spec.skypilot import _Reader as Reader
 
 NOT_YET = "not supported yet by gpujob"
 CONFIG_NOT_YET = {
-    "hooks": (f"lifecycle hooks on stop, preemption and down are {NOT_YET}",
-              "run the step at the end of `run:`, and keep state in checkpoints.sync_to"),
     "docker": (f"docker run options are {NOT_YET}",
                "leave them out; gpujob runs the container with the GPUs and /dev/shm"),
 }  # fmt: skip
 """`config:` keys gpujob may honour later."""
-GROUPS = (f"job groups (several YAML documents: a pipeline, or `execution: parallel` "
-          f"tasks) are {NOT_YET}")  # fmt: skip
-GROUPS_FIX = "submit each document as its own file (one task each)"
+GROUPS = (f"several YAML documents without `execution: parallel` in the first (a SkyPilot "
+          f"pipeline: tasks one after another) are {NOT_YET}; a job group is read only by "
+          "`gpujob submit`")  # fmt: skip
+GROUPS_FIX = ("for tasks that run side by side, begin with a header document (`name:` and "
+              "`execution: parallel`) and `gpujob submit` it; else submit each document as "
+              "its own file")  # fmt: skip
 
 
 def sky_config(reader: Reader) -> None:
@@ -34,23 +37,10 @@ def sky_config(reader: Reader) -> None:
     for key in config:
         with reader.collect():
             loc = ("config", str(key))
+            if key == "hooks":
+                sky_hooks(reader, config[key])
+                continue
             if key in CONFIG_NOT_YET:
                 raise reader.refuse(loc, *CONFIG_NOT_YET[key])
             raise reader.refuse(loc, f"it changes SkyPilot itself (its `{key}` settings), "
                                 "and gpujob has no such setting", "remove it")  # fmt: skip
-
-
-def git_workdir(reader: Reader) -> None:
-    workdir = reader.data["workdir"]
-    url = workdir.get("url", "URL") if isinstance(workdir, Mapping) else "URL"
-    ref = workdir.get("ref") if isinstance(workdir, Mapping) else None
-    clone = f"git clone {url} ." + (f" && git checkout {ref}" if ref else "")
-    raise reader.refuse(("workdir",), f"a git workdir (`workdir: {{url: ...}}`) is {NOT_YET}",
-                        f"clone it in `setup:` (`{clone}`), or give a local folder")  # fmt: skip
-
-
-def hf_source(reader: Reader, loc: tuple[str, str], src: str) -> None:
-    repo = src.removeprefix("hf://")
-    raise reader.refuse(loc, f"a Hugging Face source ({src}) is {NOT_YET}",
-                        f"fetch it in `setup:`: `huggingface-cli download {repo} --local-dir "
-                        f"{loc[1]}`")  # fmt: skip

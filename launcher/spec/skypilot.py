@@ -22,8 +22,9 @@ from launcher.errors import UsageError
 from launcher.spec.both_worlds import GPUJOB_SECTIONS, keep_sections
 from launcher.spec.job import JobSpec, reserved_env
 from launcher.spec.sky_file_mounts import sky_file_mounts, sky_path
+from launcher.spec.sky_lifecycle import git_workdir
 from launcher.spec.sky_resources import sky_resources
-from launcher.spec.sky_unsupported import git_workdir, sky_config
+from launcher.spec.sky_unsupported import sky_config
 from launcher.spec.yaml_lines import Path_, under
 
 SKY_ONLY = {"num_nodes", "file_mounts", "config", "service", "pool", "volumes", "secrets",
@@ -114,10 +115,11 @@ def translate(
         envs = _envs(reader, environ, given)
     if "workdir" not in data:
         reader.put(("workdir",), ("workdir",), None, given=False)
+    elif not isinstance(data["workdir"], str):
+        with reader.collect():
+            git_workdir(reader)
     else:
         with reader.collect():
-            if not isinstance(data["workdir"], str):
-                git_workdir(reader)
             workdir = sky_path(data["workdir"], envs, environ, cwd)
             why = f" ({data['workdir']} from the current folder, as SkyPilot reads it)"
             reader.put(("workdir",), ("workdir",), workdir, why=why)

@@ -233,6 +233,12 @@ def read_yaml(
 ) -> tuple[dict[str, Any], dict[Path_, int]]:
     """`path`'s mapping and the line of every key; a file that cannot be read, is too big
     or is not UTF-8 is one line naming it (`kind`: "job spec", "image definition")."""
+    return parse_yaml(read_text(path, kind), str(path), what, example)
+
+
+def read_text(path: Path, kind: str) -> str:
+    """The file's text, read under the same bounds as any spec (spec/job_group.py reads
+    every document of it)."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_BYTES + 1)
@@ -255,4 +261,4 @@ def read_yaml(
             f"{path}:{line}: not UTF-8 text (byte {raw[err.start]:#04x})",
             f"give the YAML file of the {kind}, saved as UTF-8",
         ) from None
-    return parse_yaml(text, str(path), what, example)
+    return text

@@ -96,6 +96,8 @@ class LaunchRequest:
     """`--keep-on-failure 30m`: a failed job's rented hosts stay up this long (spec/keep.py)."""
     yes: bool = False
     """`--yes` with --up: a `resources.filesystem` you do not have is created (Lambda)."""
+    group_task: str | None = None
+    """A job group's task: the document of that name in `spec_path` (spec/job_group.py)."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from labtools import (
     get,
     listening,
     page_or_empty,
+    read_some,
     sshd_host,
     start_forward,
     stop,
@@ -90,6 +91,35 @@ def test_a_tasks_port_is_forwarded_here_and_closed_with_the_command(
         wait_until(lambda: not listening(local), "the forward's end after a SIGKILL", timeout=10)
     finally:
         assert gpujob(env, "cancel", "web-lab", "--grace", "2", cwd=tmp_path).returncode == 0
+
+
+def test_submit_forwards_the_tasks_port_while_it_follows(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    port = free_port()  # the host's loopback is its own; here it is free, so the URL keeps it
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("followed and served\n")
+    (tmp_path / "task.yaml").write_text(
+        f"name: web\nworkdir: site\nresources:\n  ports: {port}\nrun: |\n"
+        f"  exec python3 -m http.server {port} --bind 127.0.0.1\n"
+    )
+    argv = [GPUJOB, "submit", "task.yaml", "--on", "lab", "--job-id", "web-follow"]
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    said = b""
+    try:
+        while b"forwarded while submit follows it" not in said:
+            if proc.poll() is not None:
+                raise AssertionError(f"submit ended {proc.returncode}: {said!r}")
+            said += read_some(proc.stderr, "submit's forward line")
+        url = f"http://127.0.0.1:{port}/"
+        assert f"{url}  <- port {port} of job web-follow's node 0".encode() in said
+        wait_until(lambda: b"followed" in page_or_empty(url), "the page through submit's forward")
+        assert get(url) == b"followed and served\n"
+    finally:
+        assert gpujob(env, "cancel", "web-follow", "--grace", "2", cwd=tmp_path).returncode == 0
+        proc.wait(timeout=60)
+    assert not listening(port)  # the forward ended with the submit
 
 
 @pytest.fixture(scope="module")

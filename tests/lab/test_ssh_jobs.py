@@ -411,6 +411,33 @@ def test_down_first_cancels_the_jobs_still_running_on_its_hosts(
     assert b"[gpujob-agent] cancel: SIGTERM" in (node_dir / "job.log").read_bytes()
 
 
+def test_down_runs_the_down_hooks_on_the_host_before_its_cancel(
+    tmp_path: Path, env: dict[str, str], ssh_host: SSHHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SkyPilot's `down` lifecycle hooks (a gpujob spec's `hooks:`): node 0's agent runs them
+    over the job's SSH connection before `down` cancels the job, their output in its log;
+    the cancel that follows runs no stop hook (the host goes down, the job is not stopped)."""
+    from launcher.jobs.cancel import stop_jobs_on
+
+    spec = write_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
+    with spec.open("a") as out:
+        out.write(
+            "hooks:\n  - run: echo down hook saw $GPUJOB_LIFECYCLE_EVENT\n"
+            "    events: [down]\n  - run: echo stop hook ran\n    events: [stop]\n"
+        )
+    started = gpujob(env, "submit", str(spec), "--on", "lab", "--detach", "--job-id", "hooked")
+    assert started.returncode == 0, started.stderr.decode()[-2000:]
+    log = ssh_host.root / ".gpujob" / "jobs" / "hooked" / "node-0" / "job.log"
+    wait_for(lambda: b"working" in log.read_bytes())
+    for key in ("GPUJOB_STATE_DIR", "GPUJOB_HOSTS_FILE"):
+        monkeypatch.setenv(key, env[key])
+    stop_jobs_on({"lab"})
+    assert status_of(env, "hooked")["state"] == "cancelled"
+    text = log.read_text()
+    assert "down hook saw down\n" in text and "stop hook ran" not in text
+    assert text.index("lifecycle hook 1/1 (down): done") < text.index("cancel: SIGTERM")
+
+
 def wait_for(
     condition: Callable[[], bool], timeout: float = 120, what: str = "the awaited state"
 ) -> None:

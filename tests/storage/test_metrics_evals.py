@@ -30,9 +30,10 @@ def test_a_hooks_metrics_csv_per_checkpoint_is_shown_from_s3_after_the_folder_is
                  "--set", "checkpoints.outputs=evals", "--job-id", "qs-e1",
                  # the program keeps every save (its own keep-last would delete checkpoint-20
                  # as it saves checkpoint-60, a second later, maybe before the agent's look)
-                 "--set", "run.args=[--steps, '60', --seq-len, '64', --keep-last, '0']")  # fmt: skip
+                 "--set", "run.args=[--steps, '60', --seq-len, '64', --keep-last, '0']",
+                 )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    # gpujob's keep_last: 2 prunes checkpoint-20 (and its metrics.csv) here and in S3; the outputs stay
+    # gpujob's keep_last: 2 prunes checkpoint-20 (its metrics.csv) here and in S3; outputs stay
     assert s3_object(remote, "qe/qs-e1/checkpoint-40/metrics.csv") == b"step,acc\n40,0.40\n"
     assert s3_object(remote, "qe/qs-e1/outputs/metrics.csv") == b"step,ppl\n20,20\n40,40\n60,60\n"
     here = json.loads(gpujob(env, "metrics", "qs-e1", "--json").stdout)["evals"]

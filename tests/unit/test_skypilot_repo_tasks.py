@@ -27,7 +27,8 @@ CASES = [
     ("llm__llama-3__llama3.yaml", False, [(61, "service", SERVICE)]),
     # its gs:// bucket is fetched onto the node before setup (GS_* HMAC keys exported below)
     ("llm__gpt-2__gpt2-train.yaml", False, []),
-    ("llm__gpt-2__gpt2-pipeline.yaml", False, [(27, "job groups", "not supported yet by gpujob")]),
+    ("llm__gpt-2__gpt2-pipeline.yaml", False,
+     [(27, "several YAML documents", "not supported yet by gpujob")]),
     # its /output bucket mount is read; /configs (and /output) are for a host or a container
     ("llm__llama-3_1-finetuning__lora.yaml", True, [(26, "file_mounts./configs",
                                                      "/configs is outside it")]),

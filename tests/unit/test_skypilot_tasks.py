@@ -66,7 +66,7 @@ def test_the_dry_run_shows_the_translation_line_by_line(tmp_path: Path) -> None:
         ("secrets:\n  HF_TOKEN: hf_written_here\n", 2, "secrets.HF_TOKEN"),
         ("file_mounts:\n  /data: cos://bucket/data\n", 2, "file_mounts./data"),
         ("file_mounts:\n  /data: {source: s3://b/d, mode: FAST}\n", 2, "file_mounts./data"),
-        ("workdir: {url: 'https://github.com/x/y'}\n", 1, "workdir"),
+        ("workdir: [a, b]\n", 1, "workdir"),
         ("envs:\n  SKYPILOT_NODE_RANK: 3\n", 2, "envs.SKYPILOT_NODE_RANK"),
         ("envs:\n  NEEDED: null\n", 2, "envs.NEEDED"),
         ("envs:\n  MASTER_ADDR: 10.0.0.9\n", 2, "envs.MASTER_ADDR"),
