@@ -33,6 +33,7 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
+from ckpt_rclone import remote_env
 from hung import cancel_args
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from log_read import last_line, log_size, read
@@ -163,7 +164,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     # alive from now on (autostop's busy check, status_of), still `starting` for `start`.
     asked = read_json(node_dir / STATUS).get("requested_at", status["started_at"])
     make_reserve(node_dir)
-    storage = _storage(node_dir, config, given)
+    storage = remote_env(node_dir, config.get("checkpoints") or {}, given.get("storage"))
     buckets = _buckets(node_dir, config, storage)
     write_status(node_dir, {**status, "state": "starting", "requested_at": asked,
                             **({"fetching": True} if buckets else {})})  # fmt: skip
@@ -321,7 +322,7 @@ def _checkpoint_watch(
     job: BareJob | ContainerJob,
     status: dict[str, Any],
     env: dict[str, str],
-    remote_env: dict[str, str],
+    storage: dict[str, str],
     saved: Callable[[str], None] | None = None,
 ) -> tuple[threading.Event, threading.Thread] | None:
     """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file), with
@@ -349,22 +350,11 @@ def _checkpoint_watch(
     watcher = ckpt_watch.Watcher(
         config=ckpt_watch.WatchConfig.from_json(care, node_dir),
         log_fd=log_fd, say=say, publish=publish, stop_job=stop_job, pause_job=job.pause,
-        env={k: str(v) for k, v in remote_env.items()},
+        env=storage,
         hook_env={**env, **care.get("hook_env", {})}, saved=saved or (lambda _: None),
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
-
-
-def _storage(node_dir: Path, config: dict[str, Any], given: dict) -> dict[str, str]:
-    """The S3 remotes' variables (checkpoint sync's and bucket mounts'): from the start's
-    stdin, or SLURM's 0600 file, deleted once read."""
-    care = config.get("checkpoints") or {}
-    remote_env = dict(given.get("storage") or {})
-    if care.get("storage_env_file"):
-        remote_env = read_json(node_dir / care["storage_env_file"])
-        (node_dir / care["storage_env_file"]).unlink(missing_ok=True)
-    return {key: str(value) for key, value in remote_env.items()}
 
 
 def _buckets(node_dir: Path, config: dict[str, Any], storage: dict[str, str]) -> Any:
