@@ -47,6 +47,11 @@ def sky_file_mounts(
             if bucket:
                 reader.put(("file_mounts", path), loc, sky_bucket(src, envs),
                            why=f" ({bucket_note(src)})")  # fmt: skip
+                if isinstance(src, Mapping) and src.get("persistent") is False:
+                    reader.out.warnings.append(
+                        f"{reader.where(*loc)}: {'.'.join(loc)}.persistent: false: gpujob "
+                        "never deletes a bucket (SkyPilot deletes this one at `down`); "
+                        "delete it yourself when done")  # fmt: skip
                 continue
             why = f" ({src} read from the current folder; shipped to every node"
             if not path.startswith(("/", "~")):

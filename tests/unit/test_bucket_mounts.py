@@ -194,3 +194,24 @@ def test_on_remote_hosts_each_hosts_first_node_fetches_with_the_hosts_endpoint()
         "before setup; what the job writes there is uploaded (`rclone copy`, nothing deleted) "
         "on each checkpoint and when the job ends",
     )
+
+
+def test_a_skypilot_bucket_it_would_delete_is_kept_and_said(
+    tmp_path: Path, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-NotPrinted")
+    (tmp_path / "task.yaml").write_text(
+        "file_mounts:\n  ~/ckpt:\n    name: my-run-ckpts\n    mode: MOUNT_CACHED\n"
+        "    persistent: false\nrun: echo hi\n"
+    )
+    done = gpujob("submit", "task.yaml", "--dry-run")
+    assert done.exit_code == 0, done.stderr
+    assert (
+        "warning: task.yaml:2: file_mounts.~/ckpt.persistent: false: gpujob never deletes a "
+        "bucket (SkyPilot deletes this one at `down`)"
+    ) in done.stderr
+    assert "file_mounts ~/ckpt: s3://my-run-ckpts (gpujob_mount0:my-run-ckpts), MOUNT_CACHED" in (
+        done.stdout
+    )
