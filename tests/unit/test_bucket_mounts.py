@@ -125,12 +125,17 @@ def test_resolution_problems_are_one_line_each_with_what_to_set(
                                 "bucket: a bucket name is 3 to 63")  # fmt: skip
 
 
+def aws_keys(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In `folder`, with the user's AWS keys exported (a dry run contacts nothing)."""
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-NotPrinted")
+
+
 def test_dry_run_shows_each_mount_and_keeps_keys_off_job_json(
     tmp_path: Path, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-NotPrinted")
+    aws_keys(tmp_path, monkeypatch)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("R2_ACCOUNT_ID", "acct123")
     monkeypatch.setenv("R2_ACCESS_KEY_ID", "r2id")
@@ -199,9 +204,7 @@ def test_on_remote_hosts_each_hosts_first_node_fetches_with_the_hosts_endpoint()
 def test_a_skypilot_bucket_it_would_delete_is_kept_and_said(
     tmp_path: Path, gpujob: Callable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-NotPrinted")
+    aws_keys(tmp_path, monkeypatch)
     (tmp_path / "task.yaml").write_text(
         "file_mounts:\n  ~/ckpt:\n    name: my-run-ckpts\n    mode: MOUNT_CACHED\n"
         "    persistent: false\nrun: echo hi\n"
