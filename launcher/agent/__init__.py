@@ -43,6 +43,8 @@ LIFECYCLE_SOURCE = str(Path(__file__).with_name("lifecycle_hooks.py"))
 """The job's lifecycle hooks: shipped beside the agent only for a job with `hooks:`."""
 NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
 """Webhook posts of the job's end: shipped beside the agent only for a job with `notify:`."""
+BUCKETS_SOURCE = str(Path(__file__).with_name("bucket_mounts.py"))
+"""Bucket file_mounts' fetch and uploads: shipped beside the agent only for a job with them."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
                  str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
                  str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE),

@@ -33,6 +33,7 @@ if __name__ == "__main__":
     sys.dont_write_bytecode = True  # no __pycache__ among the files shipped to the host
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shipped siblings, as on a host
 from agent_os import alive, node_lock, read_json, start_ticks, write_json
+from ckpt_rclone import remote_env
 from hung import cancel_args
 from limits import TIMED_OUT_CODE, Limits, LimitWatch, timed_out_reason
 from log_read import last_line, log_size, read
@@ -100,6 +101,8 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
         status = read_json(node_dir / STATUS)
         if status.get("state") != "starting":
             return started(status, 0 if status.get("state") in ("running", "succeeded") else 1)
+        if status.get("fetching") and alive(status.get("supervisor_pid")):
+            deadline = time.monotonic() + 30  # bucket file_mounts, as long as they take
         time.sleep(0.005)
     return started({"state": "failed", "reason": "the supervisor did not start in 30 s"}, 1)
 
@@ -161,8 +164,14 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     # alive from now on (autostop's busy check, status_of), still `starting` for `start`.
     asked = read_json(node_dir / STATUS).get("requested_at", status["started_at"])
     make_reserve(node_dir)
-    write_status(node_dir, {**status, "state": "starting", "requested_at": asked})
+    storage = remote_env(node_dir, config.get("checkpoints") or {}, given.get("storage"))
+    buckets = _buckets(node_dir, config, storage)
+    write_status(node_dir, {**status, "state": "starting", "requested_at": asked,
+                            **({"fetching": True} if buckets else {})})  # fmt: skip
     try:
+        failed = buckets.fetch() if buckets else None  # before the job, so before `setup`
+        if failed:
+            raise StartFailed(1, failed)
         status.update(job.start(env))
     except StartFailed as failed:
         said = last_line(node_dir) if config.get("runtime") == "docker" else None
@@ -179,7 +188,8 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         log_line(node_dir, "cancel: it came during the start; stopping the job")
         job.stop(float(config.get("grace_s", 30)))
     try:
-        watch = _checkpoint_watch(node_dir, config, job, status, env, given.get("storage"))
+        watch = _checkpoint_watch(node_dir, config, job, status, env, storage,
+                                  buckets.saved if buckets else None)  # fmt: skip
     except Exception as err:  # the job runs on without checkpoint care, and says so
         log_line(node_dir, f"checkpoint care is off: {type(err).__name__}: {err}")
         watch = None
@@ -193,6 +203,8 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     _stop_watch(limits)
     _stop_watch((metrics[0], metrics[1]))
     _stop_watch(watch)
+    if buckets:  # after the last checkpoint's care, before the end is recorded
+        buckets.finish()
     job.end()  # before the end is recorded: whoever sees the job ended sees no container
     _record_end(node_dir, status, code, config.get("checkpoints"))
     _notify(node_dir, config, given, status)
@@ -310,20 +322,17 @@ def _checkpoint_watch(
     job: BareJob | ContainerJob,
     status: dict[str, Any],
     env: dict[str, str],
-    storage: dict[str, str] | None = None,
+    storage: dict[str, str],
+    saved: Callable[[str], None] | None = None,
 ) -> tuple[threading.Event, threading.Thread] | None:
-    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file); the
-    S3 remote's keys in `storage` (from the start's stdin) or a file deleted once read."""
+    """Retention, sync, hooks and disk care (ckpt_watch.py, shipped beside this file), with
+    the S3 remote's keys; `saved` is told of each new checkpoint (bucket uploads)."""
     care = config.get("checkpoints")
     if not care:
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import ckpt_watch
 
-    remote_env = dict(storage or {})
-    if care.get("storage_env_file"):
-        remote_env = read_json(node_dir / care["storage_env_file"])
-        (node_dir / care["storage_env_file"]).unlink(missing_ok=True)
     log_fd = os.open(
         node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
@@ -341,11 +350,22 @@ def _checkpoint_watch(
     watcher = ckpt_watch.Watcher(
         config=ckpt_watch.WatchConfig.from_json(care, node_dir),
         log_fd=log_fd, say=say, publish=publish, stop_job=stop_job, pause_job=job.pause,
-        env={k: str(v) for k, v in remote_env.items()},
-        hook_env={**env, **care.get("hook_env", {})},
+        env=storage,
+        hook_env={**env, **care.get("hook_env", {})}, saved=saved or (lambda _: None),
     )  # fmt: skip
     done = threading.Event()
     return done, ckpt_watch.run_in_thread(watcher, done)
+
+
+def _buckets(node_dir: Path, config: dict[str, Any], storage: dict[str, str]) -> Any:
+    """Bucket file_mounts (bucket_mounts.py, shipped beside this file only for a job that
+    has them), or None."""
+    if not (config.get("checkpoints") or {}).get("buckets"):
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bucket_mounts
+
+    return bucket_mounts.from_config(node_dir, config, storage)
 
 
 def _hooks(node_dir: Path, event: str) -> int:

@@ -62,6 +62,23 @@ def read_env_file(path: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
+def remote_env(
+    node_dir: Path, care: dict[str, Any], given: dict[str, str] | None
+) -> dict[str, str]:
+    """The S3 remotes' variables a node's agent gets (checkpoint sync's and bucket mounts'):
+    from the start's stdin (`given`), or SLURM's 0600 file (care's `storage_env_file`),
+    deleted once read."""
+    env: dict[str, Any] = dict(given or {})
+    if care.get("storage_env_file"):
+        path = node_dir / care["storage_env_file"]
+        try:
+            env = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            env = {}
+        path.unlink(missing_ok=True)
+    return {str(key): str(value) for key, value in env.items()}
+
+
 class Rclone:
     """Runs rclone, or with `dry_run` only prints the argv it would run."""
 

@@ -104,6 +104,8 @@ class Watcher:
     captures: ckpt_captures.CaptureShipper = field(init=False)
     told: set[str] = field(default_factory=set)
     """Folders the log already named as checkpoints of no rule (said once each)."""
+    saved: Callable[[str], None] = lambda _: None
+    """Told the newest complete checkpoint at each look (bucket file_mounts' uploads)."""
 
     def __post_init__(self) -> None:
         config = self.config
@@ -125,6 +127,7 @@ class Watcher:
         done = ckpt_store.complete(self.config.root)
         if done:
             self.last_size = max(self.last_size, ckpt_store.tree_bytes(done[-1].path))
+            self.saved(done[-1].name)
         self._hooks(done)
         self._sync(done)
         self._prune(done)

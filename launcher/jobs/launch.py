@@ -59,6 +59,7 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.agent import (
         AGENT_MODULES,
         AGENT_SOURCE,
+        BUCKETS_SOURCE,
         CAPTURE_SOURCE,
         INIT_LOCK_SOURCE,
         LIFECYCLE_SOURCE,
@@ -70,6 +71,7 @@ def prepare(request: LaunchRequest) -> JobInput:
     from launcher.spec.load import load_requested
     from launcher.spec.shell_hazards import script_hazards
     from launcher.state.owner import user_name
+    from launcher.storage.bucket_mounts import resolve_buckets
 
     loaded = load_requested(vars(request))
     spec = loaded.spec
@@ -97,6 +99,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
     secret_values = _secret_values(loaded)
     hooks = notify_hooks(loaded)
+    buckets = resolve_buckets(loaded)
     try:
         image = load_image_definition(spec.image, loaded.path.parent)
     except UsageError as err:
@@ -115,6 +118,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         agent_modules=(
             *AGENT_MODULES,
             *[NOTIFY_SOURCE] * bool(hooks),
+            *[BUCKETS_SOURCE] * bool(buckets),
             *[LIFECYCLE_SOURCE] * bool(spec.hooks),
         ),
         job_modules=(str(CAPTURE_SOURCE),),
@@ -122,6 +126,7 @@ def prepare(request: LaunchRequest) -> JobInput:
         mounts_where={dst: loaded.where("file_mounts", dst) for dst in spec.file_mounts}
         | {f"hf:{dst}": loaded.where("hf_mounts", dst) for dst in spec.hf_mounts},
         notify=hooks,
+        buckets=buckets,
     )
     return JobInput(loaded, image, job_id, secret_values, sources, policy)
 

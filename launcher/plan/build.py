@@ -16,6 +16,7 @@ from launcher.agent import AGENT_FILE, agent_argv
 from launcher.agent.notify import Hook
 from launcher.errors import UsageError
 from launcher.plan import docker
+from launcher.plan.bucket_mounts import BucketSource, bucket_care, bucket_lines
 from launcher.plan.env_build import env_script
 from launcher.plan.file_mounts import container_volumes, lasting_copies, mount_steps
 from launcher.plan.hook_files import hook_files
@@ -94,6 +95,8 @@ class Sources:
     """The webhooks node 0's agent posts the job's end to (`notify:`), URLs from here."""
     price_per_hour: float | None = None
     """What the job's hosts cost together, where rented (for the cost in a notification)."""
+    buckets: tuple[BucketSource, ...] = ()
+    """Bucket file_mounts, resolved at submit (storage/bucket_mounts.py)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ def build_plan(
         logs_to=logs_path(sync.rclone_path, job_id) if sync else None,
         limits=job_limits(spec, sync),
         one_process_per_node=spec.run.launcher_name in ONE_PER_NODE,
+        buckets=bucket_lines(sources.buckets, target),
     )
 
 
@@ -310,6 +314,11 @@ def _node_plan(
     if first_on_host:
         care = checkpoint_care(spec, job_dir, sync, job_id, node_env(node), storage_file=in_files)
     storage = sync.env if care and sync and sync.env else {}
+    if care is not None and sources.buckets:  # the agent of the host's first node fetches
+        care["buckets"], bucket_env = bucket_care(sources.buckets, job_dir, target,
+                                                  sources.mounts_where)  # fmt: skip
+        storage = {**storage, **bucket_env}
+        care["storage_env_file"] = STORAGE_JSON if in_files and storage else None
     storage_file = secrets_file(f"{node_dir}/{STORAGE_JSON}", storage) if in_files else None
     if storage_file is not None:
         steps.append(storage_file)

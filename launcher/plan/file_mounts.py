@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from launcher.errors import UsageError
 from launcher.plan.model import CopyFile, NodeLayout, RunCommand, Step, SyncDir
 from launcher.plan.sandbox import placed_at, sandbox_volumes
+from launcher.spec.bucket_mounts import local_mounts
 from launcher.spec.job import JobSpec
 
 # $1 the shipped copy, $2 the destination (`~` expanded by the host's shell): a folder's
@@ -55,7 +56,7 @@ def mount_steps(
     file:line of each destination."""
     ships: list[Step] = []
     places: list[Step] = []
-    for index, (dst, src) in enumerate(sorted(spec.file_mounts.items())):
+    for index, (dst, src) in enumerate(sorted(local_mounts(spec.file_mounts).items())):
         placed = on_host(dst, job_dir, target, where.get(dst, "the job spec"))
         shipped = lasting.get(src) or f"{job_dir}/mounts/{index}"
         if not src.endswith("/"):
@@ -102,5 +103,5 @@ def lasting_copies(
     own folder."""
     if target.on_this_machine:
         return {}
-    folders = [src for src in spec.file_mounts.values() if src.endswith("/")]
+    folders = [src for src in local_mounts(spec.file_mounts).values() if src.endswith("/")]
     return {src: copy_of(target, src.rstrip("/")) for src in folders}

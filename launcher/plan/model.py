@@ -214,6 +214,8 @@ class Plan:
     limits: JobLimits | None = None
     one_process_per_node: bool = False
     """launcher none, ray or a shell block: one process per node, not ranks (the header says so)."""
+    buckets: tuple[str, ...] = ()
+    """The dry run's line for each bucket file_mount (plan/bucket_mounts.py)."""
 
     @property
     def node_dirs(self) -> list[str]:

@@ -45,6 +45,7 @@ def plan_text(plan: Plan) -> str:
         lines.append(f"image {plan.image_ref}")
     if plan.limits is not None:
         lines.extend(limit_lines(plan.limits))
+    lines.extend(plan.buckets)
     for node in plan.nodes:  # several nodes: each one's start comes after every preparation
         lines.append("")
         lines.append(f"node {node.rank} on {node.host}: job dir {shown(node.job_dir)}")
@@ -211,6 +212,8 @@ def plan_data(plan: Plan) -> dict[str, Any]:
     data: dict[str, Any] = as_json(plan)
     if not plan.one_process_per_node:  # ranks: world_size and nproc_per_node say it all
         del data["one_process_per_node"]
+    if not plan.buckets:
+        del data["buckets"]
     data["starts_in_batch"] = plan.starts_in_batch
     return data
 

@@ -1,6 +1,7 @@
 """`file_mounts`: files and folders of this machine shipped to every node at a path there
-(SkyPilot's field, local sources only; skypilot-task.md §5.2). A destination is absolute, in
-the host's home (`~/data`), or relative to the job's workdir (SkyPilot's `~/sky_workdir`).
+(SkyPilot's field, skypilot-task.md §5.2; a bucket source is spec/bucket_mounts.py's). A
+destination is absolute, in the host's home (`~/data`), or relative to the job's workdir
+(SkyPilot's `~/sky_workdir`).
 
 The sources are this machine's, read when the spec loads (as the workdir is): one that does
 not exist is refused at its line, and a folder is marked with a trailing `/` so planning
@@ -12,12 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from launcher.spec.bucket_mounts import BucketMount, local_mounts
 from launcher.spec.run import FieldError
-
-BUCKET_FIX = (
-    "gpujob ships local files only; put the data where the run reads it with a `setup:` step "
-    "(e.g. `rclone copy REMOTE:path ~/data`), and checkpoints with checkpoints.sync_to"
-)
 
 
 def destination_problem(dst: str) -> str | None:
@@ -30,16 +27,18 @@ def destination_problem(dst: str) -> str | None:
     return None
 
 
-def checked_mounts(mounts: dict[str, str]) -> dict[str, str]:
-    """Each destination with its local source made absolute; a folder's ends in `/`."""
-    out = {}
+def checked_mounts(mounts: dict[str, str | BucketMount]) -> dict[str, str | BucketMount]:
+    """Each destination with its local source made absolute; a folder's ends in `/`. A
+    bucket (spec/bucket_mounts.py) is resolved at submit, not here."""
+    out: dict[str, str | BucketMount] = {}
     for dst, src in mounts.items():
         loc = ("file_mounts", dst)
         problem = destination_problem(dst)
         if problem:
             raise FieldError(loc, problem)
-        if "://" in src:
-            raise FieldError(loc, f"{src}: a bucket source is not shipped; {BUCKET_FIX}")
+        if isinstance(src, BucketMount):
+            out[dst] = src
+            continue
         path = Path(os.path.normpath(os.path.expanduser(src)))
         if not path.is_absolute():
             raise FieldError(loc, f"{src}: give the local file or folder as an absolute path "
@@ -55,10 +54,12 @@ def checked_mounts(mounts: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def file_modes(mounts: dict[str, str]) -> dict[str, int]:
+def file_modes(mounts: dict[str, str | BucketMount]) -> dict[str, int]:
     """Each single file's permission bits (`checked_mounts`'s output), read with the spec so
     the copy on the host keeps them: a 0600 credentials file stays 0600, a script stays
     executable (a folder's files keep theirs as the workdir's do)."""
     return {
-        dst: os.stat(src).st_mode & 0o777 for dst, src in mounts.items() if not src.endswith("/")
+        dst: os.stat(src).st_mode & 0o777
+        for dst, src in local_mounts(mounts).items()
+        if not src.endswith("/")
     }

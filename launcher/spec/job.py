@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from launcher.spec.batch import BatchSpec, batch_refusal
+from launcher.spec.bucket_mounts import MountSource
 from launcher.spec.candidates import Candidates
 from launcher.spec.checkpoints import CheckpointSpec
 from launcher.spec.file_mounts import checked_mounts, file_modes
@@ -159,11 +160,13 @@ class JobSpec(StrictModel):
         "(the job's workdir starts empty), as for a SkyPilot task without `workdir`.",
     )
     setup: str | None = Field(default=None, description="Shell run once per node before `run`.")
-    file_mounts: dict[str, str] = Field(
+    file_mounts: dict[str, MountSource] = Field(
         default_factory=dict,
         description="Local files and folders shipped to every node: destination (absolute, "
         "`~/...`, or relative to the workdir) -> source on this machine (absolute or `~/...`); "
-        "a folder's contents go into the destination. Mounted at the same path in a container.",
+        "a folder's contents go into the destination. Mounted at the same path in a container. "
+        "A bucket source (`s3://...`, `gs://`, `r2://`, `REMOTE:path`, or `{source, mode}`) is "
+        "fetched onto every node before setup (see BucketMount).",
     )
     run: RunSpec = Field(json_schema_extra=lambda schema: _or_shell_block(schema))
     workdir_git: GitWorkdir | None = Field(
@@ -264,7 +267,7 @@ class JobSpec(StrictModel):
 
     @field_validator("file_mounts")
     @classmethod
-    def _mounts_exist_here(cls, value: dict[str, str]) -> dict[str, str]:
+    def _mounts_exist_here(cls, value: dict[str, MountSource]) -> dict[str, MountSource]:
         return checked_mounts(value)
 
     @field_validator("hf_mounts")

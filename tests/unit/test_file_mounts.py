@@ -1,7 +1,7 @@
 """SkyPilot's `file_mounts` with local sources: read as SkyPilot reads them (envs substituted,
 `~` expanded, relative to the current folder), shown line by line under `--dry-run`, shipped
-to every host and put in place by a command the plan shows; a bucket source, or a local one
-that is not here, is one line naming the field (exit 2)."""
+to every host and put in place by a command the plan shows; a bucket gpujob cannot reach, or
+a local source that is not here, is one line naming the field (exit 2)."""
 
 from __future__ import annotations
 
@@ -95,14 +95,11 @@ def test_an_absolute_destination_says_who_writes_it_on_a_host(here: Path) -> Non
 @pytest.mark.parametrize(
     ("mounts", "line", "said"),
     [
-        ("  /data/in: s3://bucket/data\n", 4,
-         "file_mounts./data/in: SkyPilot's `file_mounts./data/in`: gpujob cannot honour it "
-         "(a bucket source (s3://bucket/data) is not shipped by gpujob); gpujob ships local "
-         "files only; put the data where the run reads it with a `setup:` step (e.g. `rclone "
-         "copy REMOTE:path ~/data`), and checkpoints with checkpoints.sync_to"),
+        ("  /data/in: cos://bucket/data\n", 4,
+         "file_mounts./data/in: cos:// buckets are not reached by gpujob (s3, gs and r2 are)"),
         ("  /data/in:\n    name: my-bucket\n    source: ./data\n    mode: MOUNT\n", 4,
-         "file_mounts./data/in: SkyPilot's `file_mounts./data/in`: gpujob cannot honour it "
-         "(a bucket mount (a storage object) is not shipped by gpujob); gpujob ships local"),
+         "file_mounts./data/in: name: a `name` with a `source` asks SkyPilot to create the "
+         "bucket and upload to it, which gpujob never does"),
         ("  /data/in: ./nowhere\n", 4,
          "file_mounts./data/in: {here}/nowhere does not exist on this machine; create it, or "
          "fix the path (a file or folder shipped to every node)"),

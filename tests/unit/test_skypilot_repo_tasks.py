@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parents[1] / "data" / "skypilot"
-NOT_YET_BUCKETS = "is not shipped by gpujob"
 SERVICE = "SkyServe (replicas behind a load balancer) is SkyPilot's own"
 
 CASES = [
@@ -26,12 +25,13 @@ CASES = [
     # resources.ports is read (gpujob port-forward): only SkyServe's `service:` is refused
     ("llm__gemma__serve.yaml", False, [(7, "service", SERVICE)]),
     ("llm__llama-3__llama3.yaml", False, [(61, "service", SERVICE)]),
-    ("llm__gpt-2__gpt2-train.yaml", False, [(21, "file_mounts.~/.cache/huggingface",
-                                             f"(gs://gpt2-data-skypilot) {NOT_YET_BUCKETS}")]),
+    # its gs:// bucket is fetched onto the node before setup (GS_* HMAC keys exported below)
+    ("llm__gpt-2__gpt2-train.yaml", False, []),
     ("llm__gpt-2__gpt2-pipeline.yaml", False,
      [(27, "several YAML documents", "not supported yet by gpujob")]),
-    ("llm__llama-3_1-finetuning__lora.yaml", True, [(27, "file_mounts./output",
-                                                     f"(a storage object) {NOT_YET_BUCKETS}")]),
+    # its /output bucket mount is read; /configs (and /output) are for a host or a container
+    ("llm__llama-3_1-finetuning__lora.yaml", True, [(26, "file_mounts./configs",
+                                                     "/configs is outside it")]),
     # a local job writes only inside its folder: /sft is for a host (--on, --up) or a container
     ("llm__gpt-oss-finetuning__gpt-oss-20b-lora.yaml", False,
      [(8, "file_mounts./sft", "/sft is outside it")]),
@@ -48,10 +48,13 @@ def test_skypilots_own_tasks_plan_or_say_why(
     shutil.copy(DATA / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_TOKEN", "hf_NotPrintedAnywhere")
+    monkeypatch.setenv("GS_ACCESS_KEY_ID", "GOOG1EXAMPLE")
+    monkeypatch.setenv("GS_SECRET_ACCESS_KEY", "gs_NotPrintedAnywhere")
     if not token:
         monkeypatch.delenv("HF_TOKEN")
     result = gpujob("submit", name, "--dry-run")
-    assert "hf_NotPrintedAnywhere" not in result.stdout + result.stderr
+    for secret in ("hf_NotPrintedAnywhere", "gs_NotPrintedAnywhere"):
+        assert secret not in result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("gpujob: error:")]
     if not refusals:
         assert result.exit_code == 0 and not errors, result.stderr

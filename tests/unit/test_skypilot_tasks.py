@@ -64,7 +64,8 @@ def test_the_dry_run_shows_the_translation_line_by_line(tmp_path: Path) -> None:
         ("resources:\n  use_spot: maybe\n", 2, "resources.use_spot"),
         ("resources:\n  image_id: ami-0123\n", 2, "resources.image_id"),
         ("secrets:\n  HF_TOKEN: hf_written_here\n", 2, "secrets.HF_TOKEN"),
-        ("file_mounts:\n  /data: s3://bucket/data\n", 2, "file_mounts./data"),
+        ("file_mounts:\n  /data: cos://bucket/data\n", 2, "file_mounts./data"),
+        ("file_mounts:\n  /data: {source: s3://b/d, mode: FAST}\n", 2, "file_mounts./data"),
         ("workdir: [a, b]\n", 1, "workdir"),
         ("envs:\n  SKYPILOT_NODE_RANK: 3\n", 2, "envs.SKYPILOT_NODE_RANK"),
         ("envs:\n  NEEDED: null\n", 2, "envs.NEEDED"),
@@ -180,7 +181,7 @@ def test_every_refusal_of_a_task_is_shown_at_once_sorted_by_line(tmp_path: Path)
     path = task(tmp_path, "service: {replicas: 2}\nnum_nodes: 0\nworkdri: .\nenvs:\n"
                 "  SKYPILOT_NODE_RANK: 3\nsecrets:\n  HF_TOKEN: hf_here\nresources:\n"
                 "  cloud: aws\n  use_spot: maybe\n  image_id: ami-1\nfile_mounts:\n"  # aws: warned
-                "  /data: s3://b/d\n" + RUN)  # fmt: skip
+                "  /data: cos://b/d\n" + RUN)  # fmt: skip
     done = dry_run(path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     errors = done.stderr.splitlines()
