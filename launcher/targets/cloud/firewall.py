@@ -11,7 +11,7 @@ port); Ray's worker ports with Ray.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.errors import GpujobError
 
@@ -60,7 +60,7 @@ def open_between(provider: Provider, instances: list[Instance], say: Callable[[s
             say(line)
 
 
-def remove_made(provider: Any, say: Callable[[str], None], hurry: Callable[[], bool]) -> None:
+def remove_made(provider: Provider, say: Callable[[str], None], hurry: Callable[[], bool]) -> None:
     """A failed or interrupted command's rulesets removed, after its hosts were terminated."""
     made: list[str] = getattr(provider, "rulesets_made", list)()
     if made:
@@ -68,7 +68,7 @@ def remove_made(provider: Any, say: Callable[[str], None], hurry: Callable[[], b
 
 
 def remove_unused(
-    provider: Any,
+    provider: Provider,
     say: Callable[[str], None],
     only: list[str] | None = None,
     hurry: Callable[[], bool] | None = None,

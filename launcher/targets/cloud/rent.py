@@ -150,7 +150,8 @@ class Rent:
                 self._terminate(name, inst)
             from launcher.targets.cloud.firewall import remove_made
 
-            remove_made(self.provider, tell, hurried)  # after its hosts: Lambda's, if any
+            if self.provider is not None:  # after its hosts: Lambda's rulesets, if any
+                remove_made(self.provider, tell, hurried)
 
     def _lost(self, names: list[str]) -> dict[str, Instance]:
         """Instances of launches whose answer was lost, by their tag. If even the list
