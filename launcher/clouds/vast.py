@@ -30,6 +30,7 @@ from launcher.clouds.base import (
     poll_until_running,
 )
 from launcher.clouds.vast_keys import VastKeys
+from launcher.clouds.vast_overlay import VastOverlays
 
 if TYPE_CHECKING:
     from launcher.clouds.base import GpuRequest
@@ -71,7 +72,7 @@ def _describe_error(reply: Any) -> str:
     return f"HTTP {reply.status_code}: {text_of(reply)}"
 
 
-class Vast(VastKeys):
+class Vast(VastKeys, VastOverlays):
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
     runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
@@ -135,6 +136,8 @@ class Vast(VastKeys):
             query["min_bid" if request.spot else "dph_total"] = {"lte": request.max_price}
         if request.region:
             query["geolocation"] = {"in": [request.region.upper()]}
+        if request.cluster is not None:  # a multi-node job's cluster (clouds.vast_overlay)
+            query["cluster_id"] = {"eq": request.cluster}
         return query
 
     def offers(self, request: GpuRequest) -> list[Offer]:
@@ -191,8 +194,13 @@ class Vast(VastKeys):
             if offer.bid is not None:  # outbid since the search: search again (§3.2)
                 raise CapacityError(said)
             raise ProviderError(said)
-        self._call("POST", f"/instances/{instance_id}/ssh/", None,
-                   json={"ssh_key": ssh_public_key.strip()})  # fmt: skip
+        try:
+            self._call("POST", f"/instances/{instance_id}/ssh/", None,
+                       json={"ssh_key": ssh_public_key.strip()})  # fmt: skip
+            self.join(instance_id)  # its overlay, for a multi-node job
+        except ProviderError:
+            self.terminate(instance_id)  # created but unusable: not left billing
+            raise
         return Instance(self.name, instance_id, name, "booting", ssh_user=self.ssh_user,
                         price_per_hour=offer.price_per_hour, created_at=time.time(),
                         owner=owner_in_name(name))  # fmt: skip

@@ -39,8 +39,10 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     clouds = sorted({r.provider for r in db.hosts()} | set(configured()))
     targets: list[tuple[Provider, Instance]] = []
     providers: dict[str, Provider] = {}
+    every: list[Provider] = []
     for cloud in clouds:
         provider = get_provider(cloud)
+        every.append(provider)
         found = reconciled(provider, db, dry_run, foreign=everything)
         mine = [i for i in found.ours if everything or _is(i, str(reference), of_job)]
         theirs = [] if everything else [i for i in found.foreign if named(i, str(reference))]
@@ -54,6 +56,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
             raise GpujobError(f"no gpujob host {reference!r}", "`gpujob down --all` lists none")
         say("no gpujob hosts of ours are running")
         _remove_keys(providers, db, dry_run)
+        _sweep_networks(every, dry_run)
         return ExitCode.OK
     stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
@@ -65,6 +68,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
                        " its row marked terminated, its SSH connection ended, its pinned"
                        " host keys dropped")  # fmt: skip
         _remove_keys(providers, db, dry_run, targets)
+        _sweep_networks(every, dry_run, targets)
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
@@ -73,6 +77,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
     for line in failures:
         say(line)
     _remove_keys(providers, db, dry_run)
+    _sweep_networks(every, dry_run)
     return ExitCode.FAILURE if failures else ExitCode.OK
 
 
@@ -111,6 +116,25 @@ def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
                              f"`gpujob cancel {other.id}` first, or `gpujob down "
                              f"{min(shared)}` to take the host with it")  # fmt: skip
     return set(rented) or None
+
+
+def _sweep_networks(
+    providers: list[Provider], dry_run: bool, going: Sequence[tuple[Provider, Instance]] = ()
+) -> None:
+    """The overlay networks gpujob made (Vast multi-node) that no host of ours is in any
+    more, deleted (a dry run: also those only `going` are in); a failure is said."""
+    gone = {inst.id for _, inst in going}
+    for provider in providers:
+        sweep = getattr(provider, "sweep_overlays", None)
+        if sweep is None:
+            continue
+        try:
+            lines = sweep(dry_run, gone)
+        except GpujobError as error:
+            say(f"could not clean {provider.name}'s overlay networks: {error.one_line()}")
+            continue
+        for line in lines:
+            (click.echo if dry_run else say)(line)
 
 
 def _remove_keys(

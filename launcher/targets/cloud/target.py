@@ -201,6 +201,11 @@ class CloudTarget(RemoteHostsTarget):
                 end_connection(Instance(provider.name, host.instance_id, host.name, "terminated",
                                         ip=host.address, ssh_port=host.port,
                                         ssh_user=host.user or "root"))  # fmt: skip
+        sweep = getattr(provider, "sweep_overlays", None)  # the job's overlay (Vast multi-node)
+        if sweep is not None and not failures:
+            with contextlib.suppress(GpujobError):  # `down` sweeps it otherwise
+                for line in sweep(False):
+                    say(line)
         for line in failures:
             say(line)
         return failures
