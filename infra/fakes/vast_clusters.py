@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.fakes.server import Reply, Request, json_reply
 from infra.fakes.vast_errors import fail
-from infra.fakes.vast_offers import QueryError, search
+from infra.fakes.vast_offers import CONTROL_KEYS, QueryError, matches
 
 if TYPE_CHECKING:
     from infra.fakes.vast_api import VastApi
@@ -182,8 +182,8 @@ class ClusterMixin:
         try:
             with self.lock:
                 offers = volume_offers(list(self.books.offers.values()))
-                found = search([{**o, "verification": o["verification"]} for o in offers],
-                               {k: v for k, v in query.items() if k != "type"})  # fmt: skip
+                filters = {k: v for k, v in query.items() if k not in CONTROL_KEYS}
+                found = [o for o in offers if all(matches(o, f, c) for f, c in filters.items())]
         except (QueryError, ValueError, TypeError) as bad:
             raise fail(400, "invalid_request", str(bad)) from None
         return json_reply(200, {"offers": found})

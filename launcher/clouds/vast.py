@@ -13,6 +13,7 @@ registered (§7.6). Instances are listed through `/api/v1/instances/`: the v0 li
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from launcher.clouds.base import (
 )
 from launcher.clouds.vast_keys import VastKeys
 from launcher.clouds.vast_overlay import VastOverlays
+from launcher.clouds.vast_volume import VastVolumes
 
 if TYPE_CHECKING:
     from launcher.clouds.base import GpuRequest
@@ -72,7 +74,7 @@ def _describe_error(reply: Any) -> str:
     return f"HTTP {reply.status_code}: {text_of(reply)}"
 
 
-class Vast(VastKeys, VastOverlays):
+class Vast(VastKeys, VastOverlays, VastVolumes):
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
     runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
@@ -97,6 +99,7 @@ class Vast(VastKeys, VastOverlays):
         self.host_api_url = host_api_url("GPUJOB_VAST_HOST_API_URL", url)
         self.image = os.environ.get("GPUJOB_VAST_IMAGE")  # the image every launch uses (the lab)
         self.keys_seen: set[str] = set()
+        self.machines: dict[str, int] = {}
 
     def _call(self, method: str, path: str, expected_key: str | None, **kwargs: Any) -> Any:
         from launcher.clouds.http import shape_error
@@ -138,7 +141,7 @@ class Vast(VastKeys, VastOverlays):
             query["geolocation"] = {"in": [request.region.upper()]}
         if request.cluster is not None:  # a multi-node job's cluster (clouds.vast_overlay)
             query["cluster_id"] = {"eq": request.cluster}
-        return query
+        return {**query, **self.volume_query()}  # a volume you have: its machine's offers
 
     def offers(self, request: GpuRequest) -> list[Offer]:
         if not request.gpu.vast_names:
@@ -157,6 +160,8 @@ class Vast(VastKeys, VastOverlays):
                                    str(o["gpu_name"]), int(o["num_gpus"]),
                                    str(o.get("geolocation") or "").strip(),
                                    float(price), float(disk), str(o["id"]), bid))  # fmt: skip
+                if isinstance(o.get("machine_id"), int):  # where a new volume would go
+                    self.machines[str(o["id"])] = o["machine_id"]
             except (KeyError, TypeError, ValueError):
                 from launcher.clouds.http import shape_error
 
@@ -177,6 +182,9 @@ class Vast(VastKeys, VastOverlays):
                 "disk": int(offer.disk_gb), "label": name, "runtype": "ssh_direc ssh_proxy",
                 "onstart": ONSTART, "env": {}, "price": offer.bid,
                 "cancel_unavail": True}  # fmt: skip
+        volume = self.volume_info(offer)  # resources.volume, made on this machine if new
+        if volume is not None:
+            body["volume_info"] = volume
         try:
             reply = self.api.call("PUT", f"/asks/{offer.raw_id}/", json=body, creates=True)
         except ProviderError as error:
@@ -262,6 +270,13 @@ class Vast(VastKeys, VastOverlays):
             if not token:
                 break
         return [i for i in found if i.name.startswith(TAG)]
+
+    def sweep_made(
+        self, dry_run: bool, going: set[str] | frozenset[str] = frozenset()
+    ) -> builtins.list[str]:
+        """What gpujob made beside instances and no host of ours uses any more (overlays;
+        volumes made with `delete: true`), deleted: `down`, and a job's release."""
+        return [*self.sweep_overlays(dry_run, going), *self.sweep_volumes(dry_run)]
 
     def autostop_call(self, instance_id: str, down: bool) -> AutostopCall:
         """Destroy, or stop; with the instance's own key, which Vast put in its environment

@@ -121,11 +121,12 @@ def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
 def _sweep_networks(
     providers: list[Provider], dry_run: bool, going: Sequence[tuple[Provider, Instance]] = ()
 ) -> None:
-    """The overlay networks gpujob made (Vast multi-node) that no host of ours is in any
-    more, deleted (a dry run: also those only `going` are in); a failure is said."""
+    """What gpujob made beside hosts (Vast: overlay networks, volumes with `delete: true`)
+    that no host of ours uses any more, deleted (a dry run: as if `going` were gone); a
+    failure is said."""
     gone = {inst.id for _, inst in going}
     for provider in providers:
-        sweep = getattr(provider, "sweep_overlays", None)
+        sweep = getattr(provider, "sweep_made", None)
         if sweep is None:
             continue
         try:

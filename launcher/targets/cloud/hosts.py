@@ -59,6 +59,8 @@ class UpOptions:
     image: str | None = None
     bootstrap: bool = True
     filesystem: str | None = None
+    volume: Any = None
+    """A spec's resources.volume (spec.volume.VolumeSpec): Vast only."""
     max_cost: float | None = None
     """The budget (`--max-cost`); None reads the user config's `budget.max_cost`."""
     max_duration_s: float | None = None
@@ -162,6 +164,11 @@ def offers_for(
                                        options.dry_run)  # fmt: skip
         if made:
             say(made)
+    if options.volume is not None:
+        if not hasattr(provider, "use_volume"):
+            raise UsageError(f"resources.volume is for Vast; {provider.name} has none",
+                             "leave it out, or rent on Vast")  # fmt: skip
+        say(provider.use_volume(options.volume))
     db = hosts_db(options.dry_run)
     reconciled(provider, db, options.dry_run)
     offers = provider.offers(request)

@@ -137,6 +137,7 @@ class CloudTarget(RemoteHostsTarget):
                             spot=spec.resources.use_spot, renting="submit --up",
                             instance_image=ref if self.traits.runs_in_image else None,
                             filesystem=spec.resources.filesystem,
+                            volume=spec.resources.volume,
                             offers_on_stderr=True)  # fmt: skip
         instances = launch_hosts(options, self.rent)
         prices = [inst.price_per_hour for inst in instances]
@@ -201,7 +202,7 @@ class CloudTarget(RemoteHostsTarget):
                 end_connection(Instance(provider.name, host.instance_id, host.name, "terminated",
                                         ip=host.address, ssh_port=host.port,
                                         ssh_user=host.user or "root"))  # fmt: skip
-        sweep = getattr(provider, "sweep_overlays", None)  # the job's overlay (Vast multi-node)
+        sweep = getattr(provider, "sweep_made", None)  # the job's overlay, volume (Vast)
         if sweep is not None and not failures:
             with contextlib.suppress(GpujobError):  # `down` sweeps it otherwise
                 for line in sweep(False):
