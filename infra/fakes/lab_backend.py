@@ -55,6 +55,14 @@ exec /usr/sbin/sshd -D -e -p "$1" -o PermitRootLogin=prohibit-password \
 
 
 class LabBackend:
+    @property
+    def overlay_subnet(self) -> str:
+        """A Vast overlay's subnet here: the lab's own /24, where the machines (and so their
+        containers, on the host network) reach each other (vast_clusters)."""
+        from infra.lab import naming
+
+        return str(naming.subnet() or naming.DEFAULT_SUBNET)
+
     def __init__(self, records: Path) -> None:
         self.path = records
         self._lock = threading.RLock()

@@ -58,6 +58,7 @@ class VastApi(VastControl, CreateMixin, ListMixin, ClusterMixin, FakeApi):
     def __init__(self, backend: HostBackend) -> None:
         super().__init__()
         self.books = VastBooks(backend, self.knobs, lambda: self.clock())
+        self.overlay_subnet = getattr(backend, "overlay_subnet", None)  # the lab's network
         self.lock = self.books.lock
         self.buckets = Buckets(lambda: self.clock())
         self.rate_turn = 0

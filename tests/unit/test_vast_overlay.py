@@ -87,6 +87,10 @@ def test_the_overlay_address_is_read_from_the_hosts_addresses() -> None:
     assert address_in(ip_out, "10.200.0.0/24") == "10.200.0.3"
     assert address_in("172.17.0.5 10.200.0.4 ", "10.200.0.0/24") == "10.200.0.4"
     assert address_in(ip_out, "10.9.0.0/24") is None
+    trie = ("     +-- 10.200.0.0/24 2 0 2\n        |-- 10.200.0.0\n           /32 link BROADCAST\n"
+            "        |-- 10.200.0.7\n           /32 host LOCAL\n"
+            "        |-- 10.200.0.255\n           /32 link BROADCAST\n")  # fmt: skip
+    assert address_in(trie, "10.200.0.0/24") == "10.200.0.7"  # an image without iproute2
 
 
 def test_a_peer_address_is_where_the_nodes_meet() -> None:

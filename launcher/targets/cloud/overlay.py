@@ -14,14 +14,20 @@ from launcher.errors import GpujobError
 if TYPE_CHECKING:
     from launcher.clouds.base import Instance, Provider
 
-ADDRESSES = ("sh", "-c", "ip -4 -o addr show 2>/dev/null || hostname -I")
-"""Every IPv4 address of the host: `ip` where the image has it, else `hostname -I`."""
+ADDRESSES = ("sh", "-c", "ip -4 -o addr show 2>/dev/null || cat /proc/net/fib_trie")
+"""Every IPv4 address of the host: `ip` where the image has it, else the kernel's own table
+(an image without iproute2 still has /proc)."""
 
 
 def address_in(text: str, subnet: str) -> str | None:
-    """The first address in `text` (`ip -o addr` lines, or `hostname -I` words, CIDR
-    suffixes allowed) that lies in `subnet`; None if none does."""
+    """The first address of the host in `text` (`ip -o addr` lines, or /proc/net/fib_trie,
+    whose own addresses are those followed by `/32 host LOCAL`) that lies in `subnet`; None
+    if none does."""
     network = ipaddress.ip_network(subnet, strict=False)
+    lines = text.splitlines()
+    if any("host LOCAL" in line for line in lines):  # fib_trie: only the LOCAL entries
+        text = " ".join(line for line, after in zip(lines, [*lines[1:], ""], strict=True)
+                        if "host LOCAL" in after)  # fmt: skip
     for word in text.replace("\n", " ").split():
         try:
             address = ipaddress.ip_address(word.split("/")[0])
