@@ -108,8 +108,9 @@ class VastVolumes:
         """The volumes gpujob made with `delete: true`, deleted once no instance uses them
         (the API refuses while one does, and that answer leaves it for the next `down`)."""
         from launcher.state.hosts import HostsDB
+        from launcher.state.readonly import HostsView
 
-        db, lines = HostsDB(), []
+        db, lines = (HostsView() if dry_run else HostsDB()), []  # a dry run creates nothing
         recorded = db.cloud_keys(MADE)
         if not recorded:
             return []
