@@ -9,7 +9,7 @@ instance_id}` per instance, `GET /overlay/` (`{overlay_id, name, internal_subnet
 cluster_id, instances}`), `DELETE /overlay/ {overlay_id}`. SkyPilot and dstack refuse
 multi-node on Vast (dstackai/dstack#2122, skypilot `sky/clouds/vast.py`).
 
-So `up --count N` (and `submit --up` of an N-node job) first picks the cluster whose N
+So `submit --up` of an N-node job (and `up --count N --one-network`) first picks the cluster whose N
 cheapest offers cost least together, creates an overlay named with gpujob's tag, searches
 only that cluster, and joins each instance as it is created. All or nothing: the rent
 terminates every instance on a failure and `drop_overlay` deletes the overlay; `down`

@@ -1,5 +1,6 @@
 """Multi-node on Vast: one physical cluster, one overlay network, all or nothing, against
-the Vast fake on a thread (`up --count 2`, the rent `submit --up` of a 2-node job uses)."""
+the Vast fake on a thread (`up --count 2 --one-network`: the rent `submit --up` of a 2-node
+job makes, launch_hosts with one_network)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,17 @@ def overlays(fake: RunningFake) -> list[dict]:
 def test_two_nodes_rent_in_one_cluster_joined_to_one_overlay(
     env: RunningFake, gpujob: Callable
 ) -> None:
-    result = gpujob("up", "h100", "--provider", "vast", "--count", "2", "--yes", "--no-bootstrap")
+    result = gpujob(
+        "up",
+        "h100",
+        "--provider",
+        "vast",
+        "--count",
+        "2",
+        "--one-network",
+        "--yes",
+        "--no-bootstrap",
+    )
     assert result.exit_code == 0, result.stderr
     (made,) = calls(env, "create_overlay")
     assert made["body"]["cluster_id"] == 3002  # 3001 is cheaper, but has one machine only
@@ -57,7 +68,17 @@ def test_a_failed_second_create_destroys_the_first_and_the_overlay(
 ) -> None:
     env.control.fault(op="create_instance", status=400, skip=1, body={
         "success": False, "error": "invalid_args", "msg": "error 400/3467: Invalid."})  # fmt: skip
-    result = gpujob("up", "h100", "--provider", "vast", "--count", "2", "--yes", "--no-bootstrap")
+    result = gpujob(
+        "up",
+        "h100",
+        "--provider",
+        "vast",
+        "--count",
+        "2",
+        "--one-network",
+        "--yes",
+        "--no-bootstrap",
+    )
     assert result.exit_code != 0
     assert [c["status"] for c in calls(env, "create_instance")][:2] == [200, 400]
     assert len(calls(env, "destroy_instance")) == 1
@@ -66,15 +87,25 @@ def test_a_failed_second_create_destroys_the_first_and_the_overlay(
     assert "deleted vast overlay network" in result.stderr
 
 
-def test_one_node_makes_no_overlay(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "h100", "--provider", "vast", "--yes", "--no-bootstrap")
+def test_hosts_that_need_not_meet_make_no_overlay(env: RunningFake, gpujob: Callable) -> None:
+    result = gpujob("up", "h100", "--provider", "vast", "--count", "2", "--yes", "--no-bootstrap")
     assert result.exit_code == 0, result.stderr
     assert calls(env, "create_overlay") == [] and calls(env, "join_overlay") == []
     assert gpujob("down", "--all").exit_code == 0
 
 
 def test_no_cluster_with_enough_machines_is_one_line(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob("up", "h100", "--provider", "vast", "--count", "3", "--yes", "--no-bootstrap")
+    result = gpujob(
+        "up",
+        "h100",
+        "--provider",
+        "vast",
+        "--count",
+        "3",
+        "--one-network",
+        "--yes",
+        "--no-bootstrap",
+    )
     assert result.exit_code == 1
     assert "no physical cluster has 3 offers" in result.stderr
     assert calls(env, "create_instance") == [] and overlays(env) == []

@@ -60,6 +60,9 @@ class UpOptions:
     bootstrap: bool = True
     filesystem: str | None = None
     volume: Any = None
+    one_network: bool = False
+    """The hosts must reach each other (`--one-network`, a job of several nodes): on Vast,
+    one physical cluster and an overlay network (clouds.vast_overlay)."""
     """A spec's resources.volume (spec.volume.VolumeSpec): Vast only."""
     max_cost: float | None = None
     """The budget (`--max-cost`); None reads the user config's `budget.max_cost`."""
@@ -267,7 +270,8 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
     futures: list[Future[Instance]] = []
     try:
         group = getattr(provider, "group", None)  # nodes on one network (Vast: an overlay)
-        request = group(request, options.count) if group is not None else request
+        if group is not None and options.one_network:
+            request = group(request, options.count)
         with progress:
             futures = [pool.submit(one, name) for name in names]
             wait(futures, return_when=FIRST_EXCEPTION)

@@ -137,7 +137,7 @@ class CloudTarget(RemoteHostsTarget):
                             spot=spec.resources.use_spot, renting="submit --up",
                             instance_image=ref if self.traits.runs_in_image else None,
                             filesystem=spec.resources.filesystem,
-                            volume=spec.resources.volume,
+                            volume=spec.resources.volume, one_network=spec.nodes > 1,
                             offers_on_stderr=True)  # fmt: skip
         instances = launch_hosts(options, self.rent)
         prices = [inst.price_per_hour for inst in instances]
