@@ -5,6 +5,7 @@ job makes, launch_hosts with one_network)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import requests
@@ -28,20 +29,16 @@ def overlays(fake: RunningFake) -> list[dict]:
     return reply.json()
 
 
+def up_together(gpujob: Callable, count: int) -> Any:
+    """`up --count N --one-network`: the rent of a job of N nodes."""
+    return gpujob("up", "h100", "--provider", "vast", "--count", str(count), "--one-network",
+                  "--yes", "--no-bootstrap")  # fmt: skip
+
+
 def test_two_nodes_rent_in_one_cluster_joined_to_one_overlay(
     env: RunningFake, gpujob: Callable
 ) -> None:
-    result = gpujob(
-        "up",
-        "h100",
-        "--provider",
-        "vast",
-        "--count",
-        "2",
-        "--one-network",
-        "--yes",
-        "--no-bootstrap",
-    )
+    result = up_together(gpujob, 2)
     assert result.exit_code == 0, result.stderr
     (made,) = calls(env, "create_overlay")
     assert made["body"]["cluster_id"] == 3002  # 3001 is cheaper, but has one machine only
@@ -68,17 +65,7 @@ def test_a_failed_second_create_destroys_the_first_and_the_overlay(
 ) -> None:
     env.control.fault(op="create_instance", status=400, skip=1, body={
         "success": False, "error": "invalid_args", "msg": "error 400/3467: Invalid."})  # fmt: skip
-    result = gpujob(
-        "up",
-        "h100",
-        "--provider",
-        "vast",
-        "--count",
-        "2",
-        "--one-network",
-        "--yes",
-        "--no-bootstrap",
-    )
+    result = up_together(gpujob, 2)
     assert result.exit_code != 0
     assert [c["status"] for c in calls(env, "create_instance")][:2] == [200, 400]
     assert len(calls(env, "destroy_instance")) == 1
@@ -95,17 +82,7 @@ def test_hosts_that_need_not_meet_make_no_overlay(env: RunningFake, gpujob: Call
 
 
 def test_no_cluster_with_enough_machines_is_one_line(env: RunningFake, gpujob: Callable) -> None:
-    result = gpujob(
-        "up",
-        "h100",
-        "--provider",
-        "vast",
-        "--count",
-        "3",
-        "--one-network",
-        "--yes",
-        "--no-bootstrap",
-    )
+    result = up_together(gpujob, 3)
     assert result.exit_code == 1
     assert "no physical cluster has 3 offers" in result.stderr
     assert calls(env, "create_instance") == [] and overlays(env) == []
