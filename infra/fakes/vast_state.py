@@ -196,10 +196,13 @@ class VastBooks:
         mode_args = inst.args if inst.runtype.split()[0] == "args" else None
         inst.launched, env = True, inst.launch_env
 
+        volumes = {str(v["volume_id"]): v["mount_path"] for v in inst.volumes}
+        more = {"volumes": volumes} if volumes else {}
+
         def work() -> None:
             host, port = self.backend.launch_container(
                 str(inst.id), inst.image, "\n".join(inst.keys_at_creation), inst.onstart, env,
-                machine_id=inst.offer["machine_id"], args=mode_args,
+                machine_id=inst.offer["machine_id"], args=mode_args, **more,
             )  # fmt: skip
             with self.lock:
                 inst.host, inst.ssh_port = host, port or None

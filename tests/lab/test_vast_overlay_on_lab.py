@@ -63,3 +63,28 @@ def test_two_nodes_meet_on_the_overlay_and_down_removes_it(
     assert down.returncode == 0, down.stderr
     assert live(fake, "vast") == [] and overlays(fake) == []  # torn down with the instances
     assert f"deleted vast overlay network {net['name']}" in down.stderr
+
+
+def test_a_volume_keeps_a_file_for_the_next_job_on_its_machine(
+    env: dict[str, str], clouds: dict[str, RunningFake], tmp_path: Path
+) -> None:
+    """The first job's volume is created and written; the hosts go; a second job with the
+    same volume is rented on its machine and reads the file; the volume, made without
+    `delete: true`, outlives both."""
+    fake = clouds["vast"]
+    for n, run in enumerate(("echo kept-by-volume > /data/note", "cat /data/note")):
+        spec = tmp_path / f"v{n}.yaml"
+        spec.write_text(f"name: v{n}\nimage: host\nresources: {{cpus: 1, disk_gb: 1, volume: "
+                        f"{{name: notes, size_gb: 5, mount: /data}}}}\nrun: '{run}'\n")  # fmt: skip
+        submit = gpujob(env, "submit", str(spec), "--up", "rtx4090", "--provider", "vast",
+                        "--allow-cpu", "--job-id", f"vol-{n}")  # fmt: skip
+        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-6000:]
+        down = gpujob(env, "down", "--all")
+        assert down.returncode == 0, down.stderr
+    assert len(calls(fake, "create_volume")) == 1  # made once, found the second time
+    assert "kept-by-volume" in submit.stdout
+    auth = {"Authorization": f"Bearer {VAST_API_KEY}"}
+    listed = requests.get(f"{fake.url}/volumes", params={"owner": "me"}, headers=auth,
+                          timeout=10).json()["volumes"]  # fmt: skip
+    assert [v["name"] for v in listed] == ["notes"]
+    assert live(fake, "vast") == []
