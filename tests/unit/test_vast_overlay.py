@@ -54,6 +54,9 @@ def test_two_nodes_rent_in_one_cluster_joined_to_one_overlay(
     (net,) = overlays(env)
     assert net["name"] == made["body"]["name"] and net["name"].startswith("gpujob-")
     assert sorted(net["instances"]) == sorted(i["id"] for i in instances)
+    looked = gpujob("down", "--all", "--dry-run")
+    assert f"would delete vast overlay network {net['name']}" in looked.stdout, looked.stderr
+    assert len(overlays(env)) == 1 and calls(env, "delete_overlay") == []  # a look only
     down = gpujob("down", "--all")
     assert down.exit_code == 0, down.stderr
     assert vast_instances(env) == [] and overlays(env) == []
