@@ -33,12 +33,14 @@ class HostBackend(Protocol):
         *,
         machine_id: int = 1,
         args: list[str] | None = None,
+        volumes: dict[str, str] | None = None,
     ) -> tuple[str, int]:
         """A Vast instance: a container from `image` on machine `machine_id`, no Docker inside.
 
         `ssh_public_key` may hold several keys, one per line (all the account's keys).
         With `args` (the `args` runtype) the container runs `onstart` as its entrypoint with
-        `args`, and Vast provides no sshd: the port returned is then 0.
+        `args`, and Vast provides no sshd: the port returned is then 0. `volumes`: the
+        instance's Vast volumes, name -> mount path, local to the machine (they outlive it).
         """
         ...
 

@@ -54,7 +54,25 @@ exec /usr/sbin/sshd -D -e -p "$1" -o PermitRootLogin=prohibit-password \
 """
 
 
+def _volume_dir(volume: str) -> Path:
+    """A Vast volume's disk: a folder of the lab's (its machine's lab host goes with the
+    machine's last instance; the volume must not)."""
+    from infra.lab import naming
+
+    folder = naming.lab_dir() / "vast-volumes" / volume
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 class LabBackend:
+    @property
+    def overlay_subnet(self) -> str:
+        """A Vast overlay's subnet here: the lab's own /24, where the machines (and so their
+        containers, on the host network) reach each other (vast_clusters)."""
+        from infra.lab import naming
+
+        return str(naming.subnet() or naming.DEFAULT_SUBNET)
+
     def __init__(self, records: Path) -> None:
         self.path = records
         self._lock = threading.RLock()
@@ -131,6 +149,7 @@ class LabBackend:
         *,
         machine_id: int = 1,
         args: list[str] | None = None,
+        volumes: dict[str, str] | None = None,
     ) -> tuple[str, int]:
         name, container = hosts.host_name(f"v{machine_id}"), f"gjvast-{instance_id}"
         with self._lock:
@@ -149,6 +168,8 @@ class LabBackend:
             create = ["create", "--name", container, "--label", CONTAINER_LABEL,
                       "--label", f"gpujob-lab.instance={instance_id}", "--network", "host",
                       "--restart", "unless-stopped", "--env-file", str(env_file)]  # fmt: skip
+            for volume, mount in (volumes or {}).items():  # outlives the machine's host,
+                create += ["--volume", f"{_volume_dir(volume)}:{mount}"]  # as Vast's does
             if args is None:
                 create += ["--entrypoint", "/bin/sh", image, "-c", ENTRYPOINT, "vast", str(port)]
             else:  # `args` runtype: the image's own start, no Vast sshd

@@ -48,6 +48,7 @@ class NullBackend:
         *,
         machine_id: int = 1,
         args: list[str] | None = None,
+        volumes: dict[str, str] | None = None,
     ) -> tuple[str, int]:
         self._note("launch_container", instance_id)
         self.keys[instance_id] = ssh_public_key.splitlines()

@@ -4,7 +4,8 @@ shared/reference/vast-api.md, §8 "For a test double" above all.
 Served: auth (Bearer or `?api_key=`, anonymous search), offer search, create, show, the v1
 list (and the retired v0 list answering 410), stop/start/label, reboot, destroy, account and
 instance SSH keys. Instances are containers from the `HostBackend`. Not served: templates,
-volumes, logs, copy, execute, bulk create, bid changes.
+logs, copy, execute, bulk create, bid changes. Clusters, overlays and volumes:
+vast_clusters.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from infra.fakes.backend import HostBackend
 from infra.fakes.keys import VAST_API_KEY, VAST_READONLY_KEY
 from infra.fakes.ratelimit import Buckets
 from infra.fakes.server import ApiError, FakeApi, Reply, Request, json_reply
+from infra.fakes.vast_clusters import ClusterMixin
 from infra.fakes.vast_control import VastControl
 from infra.fakes.vast_create import CreateMixin
 from infra.fakes.vast_errors import RATE_VARIANTS, error_reply, fail, rate_limited
@@ -50,12 +52,13 @@ def caller_key(request: Request) -> str | None:
     return request.query.get("api_key")
 
 
-class VastApi(VastControl, CreateMixin, ListMixin, FakeApi):
+class VastApi(VastControl, CreateMixin, ListMixin, ClusterMixin, FakeApi):
     name = "vast"
 
     def __init__(self, backend: HostBackend) -> None:
         super().__init__()
         self.books = VastBooks(backend, self.knobs, lambda: self.clock())
+        self.overlay_subnet = getattr(backend, "overlay_subnet", None)  # the lab's network
         self.lock = self.books.lock
         self.buckets = Buckets(lambda: self.clock())
         self.rate_turn = 0
@@ -80,6 +83,7 @@ class VastApi(VastControl, CreateMixin, ListMixin, FakeApi):
             (delete, "/ssh/{key_id}/", "delete_ssh_key", self.delete_key),
         ]:  # fmt: skip
             self.route(method, V0 + path, op, handler)
+        self.cluster_routes(V0)
         self.route("GET", "/api/v1/instances/", "list_instances_v1", self.list_v1)
 
     # --- FakeApi hooks ------------------------------------------------------------------

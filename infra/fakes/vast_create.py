@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infra.fakes.server import Reply, Request, json_reply
+from infra.fakes.vast_clusters import check_volume_info
 from infra.fakes.vast_errors import fail
 from infra.fakes.vast_state import VastInstance, new_api_key, published_ports
 
@@ -91,6 +92,8 @@ class CreateMixin:
             if offer_id in books.outbid:  # someone bid more since the search
                 offer["min_bid"] = books.outbid.pop(offer_id)
             inst = self._new_instance(body, offer, runtype)
+            volume = check_volume_info(books, body, offer)
+            inst.volumes = [volume] if volume else []
             books.taken.add(offer_id)
             books.instances[inst.id] = inst
             price = body.get("price")

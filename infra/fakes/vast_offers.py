@@ -46,7 +46,15 @@ SEED: list[tuple[str, int, int, float, float, bool, float, float, str, int, int]
     ("L40", 1, 46068, 0.70, 0.9900, True, 12.4, 600.0, "Nevada, US", 40, 890),
     ("RTX 5090", 1, 32607, 0.60, 0.9930, True, 12.8, 400.0, "Bavaria, DE", 80, 1200),
     ("B200", 8, 183359, 36.00, 0.9990, True, 12.8, 12000.0, "Texas, US", 200, 1000),
+    # machines of physical clusters (their `cluster_id` in CLUSTERS): one alone in cluster
+    # 3001, the cheapest; two in cluster 3002, where a 2-node job fits
+    ("H100 SXM", 1, 81559, 2.30, 0.9950, True, 12.8, 1000.0, "Utah, US", 100, 900),
+    ("H100 SXM", 1, 81559, 2.40, 0.9950, True, 12.8, 1000.0, "Texas, US", 100, 900),
+    ("H100 SXM", 1, 81559, 2.45, 0.9950, True, 12.8, 1000.0, "Texas, US", 100, 900),
 ]
+CLUSTERS = {22: 3001, 23: 3002, 24: 3002}
+"""Seed row number -> the physical cluster its machine is in; `cluster_id` is null for the
+rest (vast-cli `search offers cluster_id!=None`, Vast's multi-node guide)."""
 
 
 def seed_offers() -> dict[int, dict[str, Any]]:
@@ -77,7 +85,7 @@ def seed_offers() -> dict[int, dict[str, Any]]:
             # reports the lab host's address instead.
             "public_ipaddr": f"203.0.113.{n}", "geolocation": geo,
             "duration": 2592000.0, "end_date": 1893456000, "start_date": 1761000000.0,
-            "vms_enabled": False,
+            "vms_enabled": False, "cluster_id": CLUSTERS.get(n),
         }  # fmt: skip
     return offers
 

@@ -58,6 +58,7 @@ class VastInstance:
     attached_keys: dict[int, str] = field(default_factory=dict)
     launch_env: dict[str, str] = field(default_factory=dict)
     launched: bool = False
+    volumes: list[dict[str, Any]] = field(default_factory=list)
     jobs: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -104,6 +105,9 @@ class VastBooks:
         self.ssh_keys: dict[int, dict[str, Any]] = {}
         self.next_id = 7835600
         self.next_key_id = 100
+        self.overlays: dict[int, Any] = {}  # vast_clusters.Overlay by id
+        self.overlays_made = 0
+        self.volumes: dict[int, Any] = {}  # vast_clusters.Volume by id
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -111,6 +115,10 @@ class VastBooks:
 
     def available_offers(self) -> list[dict[str, Any]]:
         return [o for i, o in self.offers.items() if i not in self.taken]
+
+    def volume_users(self, volume_id: int) -> list[int]:
+        return [i.id for i in self.instances.values()
+                if any(v["volume_id"] == volume_id for v in i.volumes)]  # fmt: skip
 
     def account_keys(self) -> list[str]:
         return [k["public_key"] for k in self.ssh_keys.values()]
@@ -163,7 +171,7 @@ class VastBooks:
             "start_date": inst.start_date, "end_date": offer["end_date"],
             "uptime_mins": round((time.time() - inst.start_date) / 60, 1),
             "jupyter_token": inst.api_key[:32], "template_id": None, "template_hash_id": None,
-            "volume_info": [],
+            "volume_info": list(inst.volumes), "cluster_id": offer.get("cluster_id"),
         }  # fmt: skip
 
     # --- backend jobs ----------------------------------------------------------------------
@@ -188,10 +196,13 @@ class VastBooks:
         mode_args = inst.args if inst.runtype.split()[0] == "args" else None
         inst.launched, env = True, inst.launch_env
 
+        volumes = {str(v["volume_id"]): v["mount_path"] for v in inst.volumes}
+        more = {"volumes": volumes} if volumes else {}
+
         def work() -> None:
             host, port = self.backend.launch_container(
                 str(inst.id), inst.image, "\n".join(inst.keys_at_creation), inst.onstart, env,
-                machine_id=inst.offer["machine_id"], args=mode_args,
+                machine_id=inst.offer["machine_id"], args=mode_args, **more,
             )  # fmt: skip
             with self.lock:
                 inst.host, inst.ssh_port = host, port or None
@@ -239,6 +250,8 @@ class VastBooks:
 
     def destroy(self, inst: VastInstance) -> None:
         del self.instances[inst.id]
+        for overlay in self.overlays.values():  # it leaves its overlay; the overlay stays
+            overlay.members.pop(inst.id, None)
         self.retired_keys[inst.api_key] = inst.id
         self.taken.discard(inst.offer["id"])
         self.job(inst, "destroy", lambda: self.backend.terminate(str(inst.id)))

@@ -74,6 +74,9 @@ def doctor(host: str, python: str | None, as_json: bool) -> None:
     type=click.IntRange(min=1),
     help="Hosts to launch, in parallel.",
 )
+@click.option("--one-network", is_flag=True,
+              help="Vast: the --count hosts rent in one physical cluster, joined to one overlay "
+              "network (as submit --up does for a job of several nodes).")  # fmt: skip
 @click.option("--max-price", type=click.FloatRange(min=0, min_open=True),
               help="Highest $/hour per host.")  # fmt: skip
 @click.option(

@@ -45,6 +45,8 @@ class GpuRequest:
     region: str | None = None
     spot: bool = False
     """Interruptible: rented at a bid (Vast), cheaper, and taken back when outbid."""
+    cluster: int | None = None
+    """One physical cluster's offers only (Vast multi-node: clouds.vast_overlay)."""
 
     @property
     def label(self) -> str:
@@ -119,6 +121,9 @@ class Instance:
     it said (Vast: actual_status, intended_status, cur_state, next_state, status_msg,
     is_bid); empty when the cloud no longer knows the instance. `status` folds them; a loss
     verdict needs them whole (launcher.clouds.loss)."""
+    peer_ip: str | None = field(default=None, compare=False)
+    """Where the job's other nodes reach it, when not at `ip`: its address on a Vast overlay
+    network (clouds.vast_overlay), read on the host."""
 
 
 STATUSES = ("booting", "running", "failed", "terminating", "terminated")

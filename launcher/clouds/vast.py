@@ -13,6 +13,7 @@ registered (§7.6). Instances are listed through `/api/v1/instances/`: the v0 li
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,8 @@ from launcher.clouds.base import (
     poll_until_running,
 )
 from launcher.clouds.vast_keys import VastKeys
+from launcher.clouds.vast_overlay import VastOverlays
+from launcher.clouds.vast_volume import VastVolumes
 
 if TYPE_CHECKING:
     from launcher.clouds.base import GpuRequest
@@ -71,7 +74,7 @@ def _describe_error(reply: Any) -> str:
     return f"HTTP {reply.status_code}: {text_of(reply)}"
 
 
-class Vast(VastKeys):
+class Vast(VastKeys, VastOverlays, VastVolumes):
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
     runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
@@ -96,6 +99,7 @@ class Vast(VastKeys):
         self.host_api_url = host_api_url("GPUJOB_VAST_HOST_API_URL", url)
         self.image = os.environ.get("GPUJOB_VAST_IMAGE")  # the image every launch uses (the lab)
         self.keys_seen: set[str] = set()
+        self.machines: dict[str, int] = {}
 
     def _call(self, method: str, path: str, expected_key: str | None, **kwargs: Any) -> Any:
         from launcher.clouds.http import shape_error
@@ -135,7 +139,9 @@ class Vast(VastKeys):
             query["min_bid" if request.spot else "dph_total"] = {"lte": request.max_price}
         if request.region:
             query["geolocation"] = {"in": [request.region.upper()]}
-        return query
+        if request.cluster is not None:  # a multi-node job's cluster (clouds.vast_overlay)
+            query["cluster_id"] = {"eq": request.cluster}
+        return {**query, **self.volume_query()}  # a volume you have: its machine's offers
 
     def offers(self, request: GpuRequest) -> list[Offer]:
         if not request.gpu.vast_names:
@@ -154,6 +160,8 @@ class Vast(VastKeys):
                                    str(o["gpu_name"]), int(o["num_gpus"]),
                                    str(o.get("geolocation") or "").strip(),
                                    float(price), float(disk), str(o["id"]), bid))  # fmt: skip
+                if isinstance(o.get("machine_id"), int):  # where a new volume would go
+                    self.machines[str(o["id"])] = o["machine_id"]
             except (KeyError, TypeError, ValueError):
                 from launcher.clouds.http import shape_error
 
@@ -174,6 +182,9 @@ class Vast(VastKeys):
                 "disk": int(offer.disk_gb), "label": name, "runtype": "ssh_direc ssh_proxy",
                 "onstart": ONSTART, "env": {}, "price": offer.bid,
                 "cancel_unavail": True}  # fmt: skip
+        volume = self.volume_info(offer)  # resources.volume, made on this machine if new
+        if volume is not None:
+            body["volume_info"] = volume
         try:
             reply = self.api.call("PUT", f"/asks/{offer.raw_id}/", json=body, creates=True)
         except ProviderError as error:
@@ -191,8 +202,13 @@ class Vast(VastKeys):
             if offer.bid is not None:  # outbid since the search: search again (§3.2)
                 raise CapacityError(said)
             raise ProviderError(said)
-        self._call("POST", f"/instances/{instance_id}/ssh/", None,
-                   json={"ssh_key": ssh_public_key.strip()})  # fmt: skip
+        try:
+            self._call("POST", f"/instances/{instance_id}/ssh/", None,
+                       json={"ssh_key": ssh_public_key.strip()})  # fmt: skip
+            self.join(instance_id)  # its overlay, for a multi-node job
+        except ProviderError:
+            self.terminate(instance_id)  # created but unusable: not left billing
+            raise
         return Instance(self.name, instance_id, name, "booting", ssh_user=self.ssh_user,
                         price_per_hour=offer.price_per_hour, created_at=time.time(),
                         owner=owner_in_name(name))  # fmt: skip
@@ -254,6 +270,13 @@ class Vast(VastKeys):
             if not token:
                 break
         return [i for i in found if i.name.startswith(TAG)]
+
+    def sweep_made(
+        self, dry_run: bool, going: set[str] | frozenset[str] = frozenset()
+    ) -> builtins.list[str]:
+        """What gpujob made beside instances and no host of ours uses any more (overlays;
+        volumes made with `delete: true`), deleted: `down`, and a job's release."""
+        return [*self.sweep_overlays(dry_run, going), *self.sweep_volumes(dry_run)]
 
     def autostop_call(self, instance_id: str, down: bool) -> AutostopCall:
         """Destroy, or stop; with the instance's own key, which Vast put in its environment

@@ -57,6 +57,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         say("no gpujob hosts of ours are running")
         _remove_keys(providers, db, dry_run)
         _remove_rulesets(every, dry_run)
+        _sweep_networks(list(every.values()), dry_run)
         return ExitCode.OK
     stop = cancel_first({inst.name for _, inst in targets}, dry_run=dry_run)
     if dry_run:
@@ -69,6 +70,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
                        " host keys dropped")  # fmt: skip
         _remove_keys(providers, db, dry_run, targets)
         _remove_rulesets(every, dry_run)
+        _sweep_networks(list(every.values()), dry_run, targets)
         return ExitCode.OK
     stop.run()
     with ThreadPoolExecutor(min(8, len(targets))) as pool:
@@ -78,6 +80,7 @@ def down(reference: str | None, everything: bool, dry_run: bool, timeout: float 
         say(line)
     _remove_keys(providers, db, dry_run)
     _remove_rulesets(every, dry_run)
+    _sweep_networks(list(every.values()), dry_run)
     return ExitCode.FAILURE if failures else ExitCode.OK
 
 
@@ -116,6 +119,26 @@ def _job_hosts(db: HostsDB, reference: str) -> set[str] | None:
                              f"`gpujob cancel {other.id}` first, or `gpujob down "
                              f"{min(shared)}` to take the host with it")  # fmt: skip
     return set(rented) or None
+
+
+def _sweep_networks(
+    providers: list[Provider], dry_run: bool, going: Sequence[tuple[Provider, Instance]] = ()
+) -> None:
+    """What gpujob made beside hosts (Vast: overlay networks, volumes with `delete: true`)
+    that no host of ours uses any more, deleted (a dry run: as if `going` were gone); a
+    failure is said."""
+    gone = {inst.id for _, inst in going}
+    for provider in providers:
+        sweep = getattr(provider, "sweep_made", None)
+        if sweep is None:
+            continue
+        try:
+            lines = sweep(dry_run, gone)
+        except GpujobError as error:
+            say(f"could not clean {provider.name}'s overlay networks: {error.one_line()}")
+            continue
+        for line in lines:
+            (click.echo if dry_run else say)(line)
 
 
 def _remove_keys(

@@ -42,6 +42,9 @@ class HostEntry:
     instance: str | None = None
     """A rented host's `<provider>:<id>` (its key is pinned for the instance); never set
     from hosts.yaml: a host you have is pinned per address."""
+    peer: str | None = None
+    """Where the job's other nodes reach this one (NCCL, c10d), when not at `address`: a
+    rented host's overlay address (Vast multi-node)."""
 
     def to_record(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
@@ -136,7 +139,8 @@ def instance_entry(inst: Instance) -> HostEntry:
 
     return HostEntry(name=inst.name, address=str(inst.ip), port=inst.ssh_port,
                      user=inst.ssh_user, key=str(user_key()),
-                     instance=instance_key(inst.provider, inst.id))  # fmt: skip
+                     instance=instance_key(inst.provider, inst.id),
+                     peer=inst.peer_ip)  # fmt: skip
 
 
 def resolve_host(on: str) -> HostEntry:

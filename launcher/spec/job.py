@@ -32,6 +32,7 @@ from launcher.spec.recovery import RecoverySpec
 from launcher.spec.remote import ENV_NAME, REMOTE_NAME, S3Remote
 from launcher.spec.run import ONE_PER_NODE, EnvValue, FieldError, RunSpec, env_value
 from launcher.spec.shell_hazards import ChecksSpec
+from launcher.spec.volume import VolumeSpec
 from launcher.spec.web import Ports, TensorBoardSpec
 
 ACCELERATORS = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*)(:(?P<count>[1-9][0-9]*))?$")
@@ -74,6 +75,9 @@ class Resources(StrictModel):
         "host (with --yes, made in the cheapest offer's region if you have none of that name), "
         "mounted at /lambda/nfs/NAME; offers narrow to its region.",
     )  # fmt: skip
+    volume: VolumeSpec | None = Field(
+        default=None, description="`submit --up` on Vast: a volume attached (spec/volume.py)."
+    )
     idle_gpu: IdleGpuPolicy | None = None
     autostop: AutostopSpec | None = Field(
         default=None, description="For hosts `submit --up` rents; `up --autostop` for others."
@@ -318,6 +322,14 @@ class JobSpec(StrictModel):
             raise FieldError(
                 ("secrets",), f"{sorted(overlap)} is both in `envs` and `secrets`; keep one"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _volume_on_one_node(self) -> JobSpec:
+        """A Vast volume lives on one machine: one node can have it."""
+        if self.resources.volume is not None and self.nodes > 1:
+            raise FieldError(("resources", "volume"), "a Vast volume lives on one machine: it "
+                             "is for a job of one node (checkpoints.sync_to shares)")  # fmt: skip
         return self
 
     @model_validator(mode="after")

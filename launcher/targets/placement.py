@@ -114,7 +114,7 @@ def remote_placement(
         images = frozenset({ref} if pulled and ref else ())
         facts = {n: HostFacts(UNKNOWN_HOME, "python3", "?", runtime != "bare", 0, images=images)
                  for n in names}  # fmt: skip
-        addresses = [e.address for e in entries]
+        addresses = [e.peer or e.address for e in entries]
         target = target_for(spec, image, entries, facts, addresses, ref, runtime, provider)
         note = (
             "dry run: no host was contacted; assumed: no GPUs"
@@ -133,7 +133,9 @@ def remote_placement(
                 continue
             conns[name] = ssh_hosts.connect(by_name[name])
             facts[name] = host_facts(conns[name])
-        addresses = [resolved_address(conns[e.name].endpoint.address) for e in entries]
+        addresses = [
+            e.peer or resolved_address(conns[e.name].endpoint.address) for e in entries
+        ]  # a peer address (an overlay's) is where nodes meet
         target = target_for(spec, image, entries, facts, addresses, ref, runtime, provider)
     except BaseException:
         for conn in conns.values():

@@ -39,6 +39,7 @@ from launcher.remote.keys import public_key
 from launcher.state.hosts import HostsDB
 from launcher.state.readonly import HostsView
 from launcher.targets.cloud.interrupts import cleaning
+from launcher.targets.cloud.overlay import with_overlay_address
 from launcher.targets.cloud.reconcile import Reconciliation, reconcile, record
 from launcher.targets.cloud.rent import Rent, settle
 
@@ -61,6 +62,11 @@ class UpOptions:
     image: str | None = None
     bootstrap: bool = True
     filesystem: str | None = None
+    volume: Any = None
+    one_network: bool = False
+    """The hosts must reach each other (`--one-network`, a job of several nodes): on Vast,
+    one physical cluster and an overlay network (clouds.vast_overlay)."""
+    """A spec's resources.volume (spec.volume.VolumeSpec): Vast only."""
     max_cost: float | None = None
     """The budget (`--max-cost`); None reads the user config's `budget.max_cost`."""
     max_duration_s: float | None = None
@@ -173,6 +179,11 @@ def offers_for(
                                        options.dry_run)  # fmt: skip
         if made:
             say(made)
+    if options.volume is not None:
+        if not hasattr(provider, "use_volume"):
+            raise UsageError(f"resources.volume is for Vast; {provider.name} has none",
+                             "leave it out, or rent on Vast")  # fmt: skip
+        say(provider.use_volume(options.volume))
     db = hosts_db(options.dry_run)
     reconciled(provider, db, options.dry_run)
     offers = provider.offers(request)
@@ -257,6 +268,7 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
         if options.bootstrap:
             show(f"{name}: bootstrapping {inst.ip}:{inst.ssh_port}", task)
             bootstrap_instance(provider, inst, options, report)
+            inst = with_overlay_address(provider, inst)  # where its peers reach it, if apart
             from launcher.targets.cloud.autostop import record
 
             record(db, provider, inst, options)  # its watcher runs: `status` shows it
@@ -269,6 +281,9 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
     pool = ThreadPoolExecutor(options.count)
     futures: list[Future[Instance]] = []
     try:
+        group = getattr(provider, "group", None)  # nodes on one network (Vast: an overlay)
+        if group is not None and options.one_network:
+            request = group(request, options.count)
         with progress:
             futures = [pool.submit(one, name) for name in names]
             wait(futures, return_when=FIRST_EXCEPTION)
@@ -288,11 +303,31 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
             STOP.set()
             rent.undo(interrupted=isinstance(error, KeyboardInterrupt))
             settle(futures)
+            drop_network(provider)
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if all(f.done() for f in futures):  # else a signal cut the wait short: we are ending
             STOP.clear()
+
+
+def drop_network(provider: Provider) -> None:
+    """The network a failed multi-node launch made (a Vast overlay), deleted once its
+    instances are terminated; a failure is said, and `down` deletes it later."""
+    from launcher.errors import GpujobError
+    from launcher.targets.cloud.rent import tell
+
+    drop = getattr(provider, "drop_overlay", None)
+    if drop is None:
+        return
+    try:
+        line = drop()
+    except GpujobError as error:
+        tell(f"could not delete the overlay network: {error.one_line()}; `gpujob down --all` "
+             "deletes it")  # fmt: skip
+        return
+    if line:
+        tell(line)
 
 
 def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:

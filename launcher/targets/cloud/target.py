@@ -139,6 +139,8 @@ class CloudTarget(RemoteHostsTarget):
                             spot=spec.resources.use_spot, renting="submit --up",
                             instance_image=ref if self.traits.runs_in_image else None,
                             filesystem=spec.resources.filesystem,
+                            volume=spec.resources.volume,
+                            one_network=spec.nodes > 1 and not kept,
                             offers_on_stderr=True, region=region, peers=peers)  # fmt: skip
         try:
             instances = launch_hosts(options, self.rent)
@@ -228,6 +230,11 @@ class CloudTarget(RemoteHostsTarget):
         # again goes on at once): one its terminating hosts still hold goes at `down` or
         # the next multi-node launch
         remove_unused(provider, say, hurry=lambda: True)
+        sweep = getattr(provider, "sweep_made", None)  # the job's overlay, volume (Vast)
+        if sweep is not None and not failures:
+            with contextlib.suppress(GpujobError):  # `down` sweeps it otherwise
+                for line in sweep(False):
+                    say(line)
         for line in failures:
             say(line)
         return failures
