@@ -45,6 +45,7 @@ from launcher.targets.cloud.rent import Rent, settle
 
 if TYPE_CHECKING:
     from launcher.clouds.lambda_firewall import PeerPorts
+    from launcher.spec.volume import VolumeSpec
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,11 @@ class UpOptions:
     image: str | None = None
     bootstrap: bool = True
     filesystem: str | None = None
-    volume: Any = None
+    volume: VolumeSpec | None = None
+    """A spec's resources.volume: Vast only."""
     one_network: bool = False
     """The hosts must reach each other (`--one-network`, a job of several nodes): on Vast,
     one physical cluster and an overlay network (clouds.vast_overlay)."""
-    """A spec's resources.volume (spec.volume.VolumeSpec): Vast only."""
     max_cost: float | None = None
     """The budget (`--max-cost`); None reads the user config's `budget.max_cost`."""
     max_duration_s: float | None = None
