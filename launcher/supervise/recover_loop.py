@@ -185,7 +185,8 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
     said: list[str] = []
 
     def announce(checkpoint: Checkpoint | None) -> None:
-        """The recovery's line, once its checkpoint is known (said once)."""
+        """The recovery's line, once its checkpoint is known (said once; by a partial
+        restart's kept side, on its thread, as soon as it has found it)."""
         if not said:
             said.append(decision.line(restart, policy.max_restarts,
                                       checkpoint.step if checkpoint else None))  # fmt: skip
@@ -194,8 +195,9 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
             say(said[0])
 
     with _signals_held():
-        kept = _stop_for(job, replacement_for(job, decision, seen), why, request, restart)
-    if kept is not None and _replace_lost(job, kept, request, restart, rdb, announce):
+        kept = _stop_for(job, replacement_for(job, decision, seen), why, request, restart,
+                         announce)  # fmt: skip
+    if kept is not None and _replace_lost(job, kept, request, restart, rdb):
         return _running_again(job.id, rdb, restart, lost_at, (request, said[0] if said else "",
                                                               spent))  # fmt: skip
     if kept is not None:
@@ -248,8 +250,8 @@ def _running_again(
     return None
 
 
-def _stop_for(job: Any, plan: Replacement, why: str, request: dict[str, Any],
-              restart: int) -> KeptSide | None:  # fmt: skip
+def _stop_for(job: Any, plan: Replacement, why: str, request: dict[str, Any], restart: int,
+              announce: Callable[[Checkpoint | None], None]) -> KeptSide | None:  # fmt: skip
     """The lost hosts terminated and the kept ones' share of the restart started (on a
     thread: it runs while the replacements are rented); every host terminated (None) when
     the plan keeps none."""
@@ -259,15 +261,13 @@ def _stop_for(job: Any, plan: Replacement, why: str, request: dict[str, Any],
     if plan.partial:
         say(plan_line(job, plan))
         release_lost(job, plan.replace, why)
-        return KeptSide(job, plan, request, restart)
+        return KeptSide(job, plan, request, restart, announce)
     terminate_hosts(job, why)
     return None
 
 
-def _replace_lost(
-    job: Any, kept: KeptSide, request: dict[str, Any], restart: int, rdb: RecoveryDB,
-    announce: Callable[[Checkpoint | None], None],
-) -> bool:  # fmt: skip
+def _replace_lost(job: Any, kept: KeptSide, request: dict[str, Any], restart: int,
+                  rdb: RecoveryDB) -> bool:  # fmt: skip
     """The replacements rented and every node started again (one try: a failure falls back
     to renting every node); False when it failed (what it rented is terminated by then)."""
     from launcher.supervise.recover_partial import hold_autostop, kept_records
@@ -275,8 +275,7 @@ def _replace_lost(
     if _cancelled_meanwhile(job.id, rdb):
         return True
     try:
-        _start_again(job.id, request, restart, None, kept_records(job, kept.plan),
-                     (kept, announce))  # fmt: skip
+        _start_again(job.id, request, restart, None, kept_records(job, kept.plan), kept)
         hold_autostop(job, kept.plan.keep, held=False)  # its job runs there again
         return True
     except (GpujobError, OSError, EOFError) as error:
@@ -311,12 +310,12 @@ def _start_again(
     restart: int,
     checkpoint: Checkpoint | None,
     keep_hosts: tuple[str, ...] = (),
-    kept: tuple[KeptSide, Callable[[Checkpoint | None], None]] | None = None,
+    kept: KeptSide | None = None,
 ) -> None:
     """`submit --up`'s own launch for the same job id, in a rent of its own: what this try
     rents is terminated on any way out before the job has started (targets.cloud.rent).
     `kept`: a partial restart's kept side (the checkpoint comes from it once the nodes are
-    placed) and what says the recovery's line then."""
+    placed)."""
     from launcher.jobs.launch import launch
     from launcher.supervise.recover_steps import pull_onto_head
     from launcher.targets.base import LaunchRequest, target_for_request
@@ -333,15 +332,8 @@ def _start_again(
         target = target_for_request(again, rent)
         before_start = pull_onto_head(checkpoint) if checkpoint else None
         if kept is not None:
-            side, announce = kept
             assert isinstance(target, CloudTarget)  # only rented hosts are kept (plan/replace.py)
-
-            def resume() -> str | None:
-                found = side.checkpoint()
-                announce(found)
-                return found.name if found else None
-
-            target.resume, before_start = resume, side.before_start
+            target.resume, before_start = kept.resume_from, kept.before_start
         started = launch(again, target, before_start)
         if started is not None:
             started.close()

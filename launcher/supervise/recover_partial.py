@@ -35,6 +35,8 @@ from launcher.state.db import JobRecord
 from launcher.targets.base import Node, close_all, target_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.plan.model import Plan
     from launcher.remote.base import Connection
     from launcher.supervise.recover_steps import Checkpoint
@@ -189,9 +191,11 @@ class KeptSide:
     newest), their last attempt set aside, the checkpoint pulled onto them. `checkpoint()`
     waits for it; a failure there is the partial restart's (the caller rents every node)."""
 
-    def __init__(self, job: JobRecord, plan: Replacement, request: dict[str, Any],
-                 restart: int) -> None:  # fmt: skip
+    def __init__(self, job: JobRecord, plan: Replacement, request: dict[str, Any], restart: int,
+                 found: Callable[[Checkpoint | None], None]) -> None:  # fmt: skip
         self.job, self.plan, self.request, self.restart = job, plan, request, restart
+        self.found = found
+        """Told the checkpoint as soon as it is known (the recovery's line, said then)."""
         self.pulled: dict[str, str] = {}
         """Host name -> the folder the checkpoint was pulled into there."""
         self._found: Checkpoint | None = None
@@ -206,6 +210,7 @@ class KeptSide:
             hold_autostop(self.job, self.plan.keep, held=True)
             stop_kept(self.job, self.plan.keep)
             self._found = latest_checkpoint(self.request, self.job.id)
+            self.found(self._found)
             folder = checkpoint_dir_of(self.request)
             set_aside(self.job, self.plan.keep, folder, self.restart)
             if self._found is not None:  # in parallel, into each kept host's job folder
@@ -236,6 +241,11 @@ class KeptSide:
         if self._error is not None:
             raise GpujobError(f"the kept hosts could not be made ready: {self._error!r}")
         return self._found
+
+    def resume_from(self) -> str | None:
+        """The resume checkpoint's name (`CloudTarget.resume`)."""
+        found = self.checkpoint()
+        return found.name if found else None
 
     def before_start(self, plan: Plan, records: list[str]) -> None:
         """The launch's step before the start: the checkpoint pulled onto the hosts that
