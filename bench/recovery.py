@@ -220,6 +220,12 @@ def two_node_round(env: dict[str, str], scratch: Path, fake: object, bucket: str
     terminate(fake, before[1])
     first_step = run.resumed(lost)
     after = instances(env, job_id)
+    if os.environ.get("BENCH_TRACE"):  # where the time goes: the controller's lines, stamped
+        print(f"{job_id}: the controller's log from the loss (s after it)")
+        for at, line in run.log.lines:
+            if at >= lost:
+                print(f"  {at - lost:6.2f}  {line.decode(errors='replace')[:150]}")
+        print(f"  {first_step - lost:6.2f}  (first step of the new world)")
     return {"total": first_step - lost, "launches": launches(fake) - launched,
             "kept": sum(a == b for a, b in zip(before, after, strict=True))}  # fmt: skip
 
@@ -283,6 +289,8 @@ def run(rounds: int, pairs: int) -> None:
         if started:
             infra.lab.down(report=lambda _: None)
     for name in ("total", "detect", "boot", "bootstrap", "pull", "start", "unavoidable"):
+        if not results:
+            break
         values = [r[name] for r in results]
         print(f"{name:>11}: {statistics.median(values):6.2f} s  "
               f"(runs {', '.join(f'{v:.2f}' for v in values)})")  # fmt: skip

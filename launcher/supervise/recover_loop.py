@@ -40,6 +40,9 @@ from launcher.state.db import StateDB
 from launcher.state.recovery import FINISHED, RECOVERING, STOPPED, WATCHING, RecoveryDB
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from launcher.supervise.recover_partial import KeptSide
     from launcher.supervise.recover_steps import Checkpoint
 
 
@@ -179,23 +182,34 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
     lost_at, spent = time.monotonic(), spent_so_far(job.id)
     rdb.update(job.id, phase=RECOVERING)
     why = f"{decision.why} on node {decision.rank}: restarting the job"
-    plan = replacement_for(job, decision, seen)
+    said: list[str] = []
+
+    def announce(checkpoint: Checkpoint | None) -> None:
+        """The recovery's line, once its checkpoint is known (said once; by a partial
+        restart's kept side, on its thread, as soon as it has found it)."""
+        if not said:
+            said.append(decision.line(restart, policy.max_restarts,
+                                      checkpoint.step if checkpoint else None))  # fmt: skip
+            StateDB().update_job(job.id, JobState.RECOVERING, last_line=said[0])
+            rdb.say(job.id, restart - 1, said[0])
+            say(said[0])
+
     with _signals_held():
-        plan = _stop_for(job, plan, why)
+        kept = _stop_for(job, replacement_for(job, decision, seen), why, request, restart,
+                         announce)  # fmt: skip
+    if kept is not None and _replace_lost(job, kept, request, restart, rdb):
+        return _running_again(job.id, rdb, restart, lost_at, (request, said[0] if said else "",
+                                                              spent))  # fmt: skip
+    if kept is not None:
+        kept.settle()  # its supervisors have shipped what they had: the checkpoint read next
+        with _signals_held():
+            terminate_hosts(StateDB().job(job.id) or job, "renting every node again")
     try:
         checkpoint = latest_checkpoint(request, job.id)
     except GpujobError as error:
         return _stop(job, Stop(f"cannot read the checkpoints in S3: {error.one_line()}"), rdb,
                      restart - 1)  # fmt: skip
-    line = decision.line(restart, policy.max_restarts, checkpoint.step if checkpoint else None)
-    StateDB().update_job(job.id, JobState.RECOVERING, last_line=line)
-    rdb.say(job.id, restart - 1, line)
-    say(line)
-    if plan.partial and not _replace_lost(job, plan, request, restart, checkpoint, rdb):
-        with _signals_held():
-            terminate_hosts(StateDB().job(job.id) or job, "renting every node again")
-    elif plan.partial:
-        return _running_again(job.id, rdb, restart, lost_at, (request, line, spent))
+    announce(checkpoint)
     tries = 0
     while True:
         tries += 1
@@ -215,7 +229,7 @@ def _recover(job: Any, decision: Recover, policy: Policy, rdb: RecoveryDB, resta
             rdb.say(job.id, restart - 1, retry, headline=False)
             say(retry)
             time.sleep(delay)
-    return _running_again(job.id, rdb, restart, lost_at, (request, line, spent))
+    return _running_again(job.id, rdb, restart, lost_at, (request, said[0], spent))
 
 
 def _running_again(
@@ -236,35 +250,33 @@ def _running_again(
     return None
 
 
-def _stop_for(job: Any, plan: Replacement, why: str) -> Replacement:
-    """The lost hosts terminated and the job stopped on the kept ones; where a kept one
-    cannot be stopped, every host is terminated (the plan comes back whole)."""
-    from launcher.supervise.recover_partial import plan_line, release_lost, stop_kept
+def _stop_for(job: Any, plan: Replacement, why: str, request: dict[str, Any], restart: int,
+              announce: Callable[[Checkpoint | None], None]) -> KeptSide | None:  # fmt: skip
+    """The lost hosts terminated and the kept ones' share of the restart started (on a
+    thread: it runs while the replacements are rented); every host terminated (None) when
+    the plan keeps none."""
+    from launcher.supervise.recover_partial import KeptSide, plan_line, release_lost
     from launcher.supervise.recover_steps import terminate_hosts
 
     if plan.partial:
         say(plan_line(job, plan))
         release_lost(job, plan.replace, why)
-        try:
-            stop_kept(job, plan.keep)
-            return plan
-        except GpujobError as error:
-            say(f"{error.one_line()}; renting every node again")
+        return KeptSide(job, plan, request, restart, announce)
     terminate_hosts(job, why)
-    return Replacement((), plan.keep + plan.replace, "a kept host could not be stopped")
+    return None
 
 
-def _replace_lost(job: Any, plan: Replacement, request: dict[str, Any], restart: int,
-                  checkpoint: Checkpoint | None, rdb: RecoveryDB) -> bool:  # fmt: skip
+def _replace_lost(job: Any, kept: KeptSide, request: dict[str, Any], restart: int,
+                  rdb: RecoveryDB) -> bool:  # fmt: skip
     """The replacements rented and every node started again (one try: a failure falls back
     to renting every node); False when it failed (what it rented is terminated by then)."""
-    from launcher.supervise.recover_partial import checkpoint_dir_of, kept_records, set_aside
+    from launcher.supervise.recover_partial import hold_autostop, kept_records
 
     if _cancelled_meanwhile(job.id, rdb):
         return True
     try:
-        set_aside(job, plan.keep, checkpoint_dir_of(request), restart)
-        _start_again(job.id, request, restart, checkpoint, kept_records(job, plan))
+        _start_again(job.id, request, restart, None, kept_records(job, kept.plan), kept)
+        hold_autostop(job, kept.plan.keep, held=False)  # its job runs there again
         return True
     except (GpujobError, OSError, EOFError) as error:
         said = error.one_line() if isinstance(error, GpujobError) else repr(error)
@@ -298,13 +310,17 @@ def _start_again(
     restart: int,
     checkpoint: Checkpoint | None,
     keep_hosts: tuple[str, ...] = (),
+    kept: KeptSide | None = None,
 ) -> None:
     """`submit --up`'s own launch for the same job id, in a rent of its own: what this try
-    rents is terminated on any way out before the job has started (targets.cloud.rent)."""
+    rents is terminated on any way out before the job has started (targets.cloud.rent).
+    `kept`: a partial restart's kept side (the checkpoint comes from it once the nodes are
+    placed)."""
     from launcher.jobs.launch import launch
     from launcher.supervise.recover_steps import pull_onto_head
     from launcher.targets.base import LaunchRequest, target_for_request
     from launcher.targets.cloud.rent import renting
+    from launcher.targets.cloud.target import CloudTarget
 
     fields = {k: v for k, v in request.items() if k not in ("spec_path", "sets", "policy")}
     again = LaunchRequest(
@@ -313,8 +329,12 @@ def _start_again(
         resume_from=checkpoint.name if checkpoint else None, keep_hosts=keep_hosts, **fields,
     )  # fmt: skip
     with renting("submit --up") as rent:  # its signal handlers hold while it rents
+        target = target_for_request(again, rent)
         before_start = pull_onto_head(checkpoint) if checkpoint else None
-        started = launch(again, target_for_request(again, rent), before_start)
+        if kept is not None:
+            assert isinstance(target, CloudTarget)  # only rented hosts are kept (plan/replace.py)
+            target.resume, before_start = kept.resume_from, kept.before_start
+        started = launch(again, target, before_start)
         if started is not None:
             started.close()
 

@@ -1,10 +1,16 @@
 """A recovery that replaces only the lost nodes of a multi-node job (plan/replace.py
-decides which): the lost hosts terminated, the job stopped on the kept ones (the agent's
-cancel: the hosts stay, booted and bootstrapped), their previous attempt's files set aside,
-and then `submit --up`'s own launch with `keep_hosts`: it rents only the replacements (the
-same rent path, `count` = the lost nodes) and restarts every node from the same checkpoint
-in a world re-formed with the new addresses (node 0's among them when node 0 was the lost
-one: MASTER_ADDR and the rendezvous follow the plan's node 0).
+decides which): the lost hosts terminated, then `submit --up`'s own launch with `keep_hosts`:
+it rents only the replacements (the same rent path, `count` = the lost nodes) and restarts
+every node from the same checkpoint in a world re-formed with the new addresses (node 0's
+among them when node 0 was the lost one: MASTER_ADDR and the rendezvous follow the plan's
+node 0).
+
+The kept hosts' share runs on a thread while the replacements are rented and bootstrapped
+(`KeptSide`): the job stopped on them (the agent's cancel: the hosts stay, booted and
+bootstrapped), the resume checkpoint found once their supervisors have shipped their last
+files, their previous attempt's files set aside and the checkpoint pulled onto them. The
+launch waits for it only once the nodes are placed: the plan is the first thing that needs
+the checkpoint's name, and only the replacements still need its files.
 
 Money: the replacements are rented inside the launch's own rent, so any way out before the
 job starts terminates them (targets.cloud.rent); when the partial restart fails, the caller
@@ -13,8 +19,10 @@ terminates every host of the job and rents them all again.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import threading
 import time
 from dataclasses import replace
 from pathlib import PurePosixPath
@@ -27,7 +35,11 @@ from launcher.state.db import JobRecord
 from launcher.targets.base import Node, close_all, target_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from launcher.plan.model import Plan
     from launcher.remote.base import Connection
+    from launcher.supervise.recover_steps import Checkpoint
 
 WHOLE_ENV = "GPUJOB_RECOVER_WHOLE"
 """Set to 1: every recovery rents all nodes again (the anchors' way; the benchmark's baseline)."""
@@ -35,6 +47,10 @@ STOP_GRACE_S = 3.0
 """The kept nodes' job gets this long after SIGTERM before SIGKILL: it has lost a peer, so its
 ranks sit in a collective that never returns (a Python SIGTERM handler cannot run there)
 and no save of theirs could complete; a longer grace only delays the restart."""
+HOLD_S = 1800.0
+"""A kept host's autostop hold while its job restarts: the replacement's rent bounded by
+its --timeout (1200 s by default) and the margin after it; it expires by itself should the
+controller die meanwhile."""
 SUPERVISOR_END_S = 60.0
 """How long a kept node's supervisor may take to ship its last files before they are set aside."""
 
@@ -82,6 +98,26 @@ def stop_kept(job: JobRecord, ranks: tuple[int, ...]) -> None:
                 time.sleep(0.5)
     except (OSError, EOFError, ValueError) as error:
         raise GpujobError(f"a kept host stopped answering: {error!r}") from None
+    finally:
+        close_all([node.connection for node in nodes])
+
+
+def hold_autostop(job: JobRecord, ranks: tuple[int, ...], held: bool) -> None:
+    """A kept host's autostop watcher (where one runs) held while the job is stopped there,
+    as the rent holds a new host until its hand-over: the gap until the restart (a boot,
+    a bootstrap) may be longer than its idle window. `held` False: the hold removed, once
+    the job runs there again. A host that does not answer is the stop's to say."""
+    from launcher.bootstrap.autostop import FOLDER, HOLD_FILE
+
+    hold, body = f"{FOLDER}/{HOLD_FILE}", json.dumps({"seconds": HOLD_S, "by": "gpujob recover"})
+    script = (f"if [ -d {FOLDER} ]; then printf '%s\\n' {shlex.quote(body)} > {hold}.tmp && "
+              f"mv {hold}.tmp {hold}; fi" if held else f"rm -f {hold}")  # fmt: skip
+    nodes = _kept_nodes(job, ranks)
+    try:
+        for node in nodes:
+            node.connection.run(["sh", "-c", script])  # from the login's home, as bootstrap's
+    except (OSError, EOFError):
+        return
     finally:
         close_all([node.connection for node in nodes])
 
@@ -147,3 +183,77 @@ def checkpoint_dir_of(request: dict[str, Any]) -> str:
     from launcher.spec.load import load_requested
 
     return str(load_requested(request).spec.checkpoints.dir)
+
+
+class KeptSide:
+    """The kept nodes' share of a partial restart, started on a thread of its own: their job
+    stopped, the resume checkpoint found (only then: a kept supervisor may still ship the
+    newest), their last attempt set aside, the checkpoint pulled onto them. `checkpoint()`
+    waits for it; a failure there is the partial restart's (the caller rents every node)."""
+
+    def __init__(self, job: JobRecord, plan: Replacement, request: dict[str, Any], restart: int,
+                 found: Callable[[Checkpoint | None], None]) -> None:  # fmt: skip
+        self.job, self.plan, self.request, self.restart = job, plan, request, restart
+        self.found = found
+        """Told the checkpoint as soon as it is known (the recovery's line, said then)."""
+        self.pulled: dict[str, str] = {}
+        """Host name -> the folder the checkpoint was pulled into there."""
+        self._found: Checkpoint | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kept-hosts", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from launcher.supervise.recover_steps import latest_checkpoint, pull_onto
+
+        try:
+            hold_autostop(self.job, self.plan.keep, held=True)
+            stop_kept(self.job, self.plan.keep)
+            self._found = latest_checkpoint(self.request, self.job.id)
+            self.found(self._found)
+            folder = checkpoint_dir_of(self.request)
+            set_aside(self.job, self.plan.keep, folder, self.restart)
+            if self._found is not None:  # in parallel, into each kept host's job folder
+                by_dest: dict[str, list[str | None]] = {}
+                for rank in self.plan.keep:
+                    dest = str(PurePosixPath(self.job.node_dirs[rank]).parent / folder)
+                    by_dest.setdefault(dest, []).append(self._name(rank))
+                for dest, heads in by_dest.items():
+                    pull_onto(self._found, dest, heads)
+                    self.pulled.update(dict.fromkeys(map(str, heads), dest))
+        except BaseException as error:  # said by `checkpoint()`, on the controller's thread
+            self._error = error
+
+    def _name(self, rank: int) -> str:
+        from launcher.remote.hosts import HostEntry
+
+        return HostEntry.from_record(self.job.hosts[rank]).name
+
+    def settle(self) -> None:
+        """Its work over, whatever came of it."""
+        self._thread.join()
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The resume checkpoint, once the kept nodes are ready for the restart."""
+        self._thread.join()
+        if isinstance(self._error, GpujobError):
+            raise self._error
+        if self._error is not None:
+            raise GpujobError(f"the kept hosts could not be made ready: {self._error!r}")
+        return self._found
+
+    def resume_from(self) -> str | None:
+        """The resume checkpoint's name (`CloudTarget.resume`)."""
+        found = self.checkpoint()
+        return found.name if found else None
+
+    def before_start(self, plan: Plan, records: list[str]) -> None:
+        """The launch's step before the start: the checkpoint pulled onto the hosts that
+        do not have it in the plan's folder (the replacements)."""
+        from launcher.supervise.recover_steps import heads_of, pull_onto
+
+        checkpoint = self.checkpoint()
+        dest = plan.derived["checkpoint_dir"]
+        if checkpoint is not None:
+            heads = [h for h in heads_of(records) if h is None or self.pulled.get(h) != dest]
+            pull_onto(checkpoint, dest, heads)

@@ -173,31 +173,42 @@ def pull_onto_head(checkpoint: Checkpoint) -> BeforeStart:
     checkpoint")."""
 
     def before_start(plan: Plan, records: list[str]) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from launcher.remote.hosts import HostEntry
-
-        heads: list[str | None] = []
-        for record in records:
-            try:
-                name: str | None = HostEntry.from_record(record).name
-            except (ValueError, TypeError):
-                name = None
-            if name not in heads:
-                heads.append(name)
-        with ThreadPoolExecutor(len(heads)) as pool:
-            for done in [pool.submit(_pull_onto, checkpoint, plan, head) for head in heads]:
-                done.result()
+        pull_onto(checkpoint, plan.derived["checkpoint_dir"], heads_of(records))
 
     return before_start
 
 
-def _pull_onto(checkpoint: Checkpoint, plan: Plan, head: str | None) -> None:
+def heads_of(records: list[str]) -> list[str | None]:
+    """Each host of a placement once, by name (None: this machine, a record of no host)."""
+    from launcher.remote.hosts import HostEntry
+
+    heads: list[str | None] = []
+    for record in records:
+        try:
+            name: str | None = HostEntry.from_record(record).name
+        except (ValueError, TypeError):
+            name = None
+        if name not in heads:
+            heads.append(name)
+    return heads
+
+
+def pull_onto(checkpoint: Checkpoint, dest: str, heads: list[str | None]) -> None:
+    """The checkpoint pulled into `dest` on each of `heads`, in parallel, each verified."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not heads:
+        return
+    with ThreadPoolExecutor(len(heads)) as pool:
+        for done in [pool.submit(_pull_onto, checkpoint, dest, head) for head in heads]:
+            done.result()
+
+
+def _pull_onto(checkpoint: Checkpoint, dest: str, head: str | None) -> None:
     from launcher.storage.sync import SyncRequest, sync_ckpt
 
     started = time.monotonic()
-    request = SyncRequest(source=checkpoint.remote, dest=plan.derived["checkpoint_dir"],
-                          step=checkpoint.step, on=head)  # fmt: skip
+    request = SyncRequest(source=checkpoint.remote, dest=dest, step=checkpoint.step, on=head)
     for attempt in range(1, PULL_TRIES + 1):
         try:
             sync_ckpt(request)

@@ -59,6 +59,11 @@ class CloudTarget(RemoteHostsTarget):
         """The command's rent (None for a dry run, or a job already running)."""
         self.price: float | None = None
         """What the rented hosts cost together per hour, as their cloud quoted it."""
+        self.resume: Callable[[], str | None] | None = None
+        """A recovery keeping hosts: its resume checkpoint's name, known only once the kept
+        nodes' job has stopped, which runs while this target rents the replacements (the
+        rent needs no checkpoint): asked once the nodes are placed, before the plan."""
+        self._resumed: tuple[str | None] | None = None
         in_image = bool(trait(kind, "runs_in_image", False))
         self.traits = remote_traits(rents_hosts=True, runs_in_image=in_image)
 
@@ -83,6 +88,13 @@ class CloudTarget(RemoteHostsTarget):
         )  # fmt: skip
         if placed.note:
             say(placed.note)
+        if self.resume is not None and not request.dry_run:
+            try:
+                self._resumed = (self.resume(),)
+            except BaseException:
+                for conn in placed.connections.values():
+                    conn.close()
+                raise
         return placed, image
 
     def _clear_the_rent(self, job: JobInput, request: LaunchRequest) -> LaunchRequest:
@@ -180,9 +192,12 @@ class CloudTarget(RemoteHostsTarget):
         image: ImageDefinition | None,
         report: Callable[[str], None] = say,
     ) -> Plan:
-        """The hosts' price, once rented, goes with the plan: a notification's cost so far."""
+        """The hosts' price, once rented, goes with the plan (a notification's cost so far),
+        and a recovery's resume checkpoint once `resume` has named it."""
         if self.price is not None:
             job = replace(job, sources=replace(job.sources, price_per_hour=self.price))
+        if self._resumed is not None:
+            request = replace(request, resume_from=self._resumed[0])
         return super().plan_for(job, request, layout, image, report)
 
     def hand_over(self) -> list[str]:
