@@ -62,6 +62,9 @@ def replacement_for(job: JobRecord, decision: Recover, seen: list[NodeSeen]) -> 
     ranks = tuple(node.rank for node in seen)
     if os.environ.get(WHOLE_ENV) == "1":
         return Replacement((), ranks, f"{WHOLE_ENV}=1")
+    if any(HostEntry.from_record(record).peer for record in job.hosts):
+        return Replacement((), ranks, "its hosts meet over a Vast overlay network, which a "
+                           "replacement does not join")  # fmt: skip
     hosts = []
     for rank, record in enumerate(job.hosts):
         instance = HostEntry.from_record(record).instance or ""

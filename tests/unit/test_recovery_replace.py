@@ -78,3 +78,23 @@ def test_a_host_silent_within_its_window_is_not_kept() -> None:
     host whose state is not known is not trusted with the next attempt."""
     nodes = [node(0, **RUNNING), node(1, **TERMINATED), node(2, unreachable_since=NOW - 5)]
     assert which_to_replace("host_lost", nodes, hosts(3)) == Replacement((0,), (1, 2))
+
+
+def test_hosts_on_a_vast_overlay_are_all_rented_again() -> None:
+    """A replacement is rented outside the job's overlay network: it could not reach the kept
+    node's overlay address, so the whole job goes again."""
+    from types import SimpleNamespace
+
+    from launcher.remote.hosts import HostEntry
+    from launcher.state.db import JobRecord
+    from launcher.supervise.recover_partial import replacement_for
+
+    hosts = [HostEntry(name=f"h{r}", address=f"203.0.113.{r}", instance=f"vast:{r}",
+                       peer=f"10.0.0.{r}").to_record() for r in range(2)]  # fmt: skip
+    job = JobRecord(id="j", name="j", spec_path="j.yaml", provider="vast", runtime="docker",
+                    hosts=hosts, node_dirs=["/n0", "/n1"], state="running", exit_code=None,
+                    created_at=NOW, ended_at=None, last_line=None)  # fmt: skip
+    decision = SimpleNamespace(why="host_lost")
+    plan = replacement_for(job, decision, [node(0, **RUNNING), node(1, **TERMINATED)])  # type: ignore[arg-type]
+    assert (plan.keep, plan.partial) == ((), False)
+    assert "overlay" in plan.why
