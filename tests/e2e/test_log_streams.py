@@ -6,6 +6,7 @@ terminal escaped and a pipe as they are; job.log is not executable."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pty
 import signal
@@ -13,6 +14,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,8 +64,14 @@ CONTROL = (
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> dict[str, str]:
-    return dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+def state(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A private state dir; a job a failed test left running is cancelled after it."""
+    env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
+    yield env
+    listed = gpujob(env, "status", "--json")
+    for row in json.loads(listed.stdout or b"{}").get("jobs", []):
+        if row.get("state") not in ("succeeded", "failed", "cancelled"):
+            gpujob(env, "cancel", row["id"])
 
 
 def start(tmp_path: Path, state: dict[str, str], job_id: str, program: str) -> Path:
