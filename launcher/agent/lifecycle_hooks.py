@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -132,8 +131,10 @@ def on_host_going(
     """From now on, a SIGTERM with no cancel of gpujob's behind it runs the preemption hooks
     (output in the job's log), then stops the job (`stop_job`, with the job's grace), and
     the supervisor records its end as usual. A job with no preemption hook keeps SIGTERM's
-    default; with a cancel under way, SIGTERM keeps it too. Main thread only (the signal's
-    handler is installed here); the work goes to a thread the process waits for."""
+    default; with a cancel under way, SIGTERM keeps it too. Main thread only: the handler
+    is installed here and does the work itself, in the main thread, so the supervisor
+    records the job's end (and exits) only after the hooks, even when the SIGTERM reached
+    the job too and it has already ended."""
     hooks = config.get("lifecycle_hooks") or ()
     if not any("preemption" in hook.get("events", ()) for hook in hooks):
         return
@@ -150,6 +151,6 @@ def on_host_going(
             os.kill(os.getpid(), signal.SIGTERM)
             return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second notice changes nothing
-        threading.Thread(target=going, name="gpujob-preemption").start()
+        going()
 
     signal.signal(signal.SIGTERM, noticed)

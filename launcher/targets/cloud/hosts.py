@@ -144,7 +144,7 @@ def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
 
     arm(provider, options.peers)
     publish = getattr(provider, "publish_ports", None)
-    if publish is not None and options.ports:
+    if publish is not None:  # none: an earlier launch's are not this one's
         publish(options.ports)
     return launch_all(provider, request, options, public_key(), db, rent, share)
 
