@@ -136,8 +136,8 @@ def on_host_going(
     records the job's end (and exits) only after the hooks, even when the SIGTERM reached
     the job too and it has already ended."""
     hooks = config.get("lifecycle_hooks") or ()
-    if not any("preemption" in hook.get("events", ()) for hook in hooks):
-        return
+    if config.get("slurm") or not any("preemption" in h.get("events", ()) for h in hooks):
+        return  # under SLURM, gpujob's own cancel is a scancel: SIGTERM to the whole step
 
     def going() -> None:
         log_line(node_dir, "SIGTERM without a cancel of gpujob's: the host is going away "
