@@ -80,3 +80,31 @@ def test_status_and_port_forward_say_the_public_url(
     assert not any("8001, published" in line for line in lines)  # Vast mapped no 8001
     ServedDB().put_public("web-1", {8001: "198.51.100.2:40001"})  # a replacement head node
     assert ServedDB().get("web-1").public == {8001: "198.51.100.2:40001"}  # type: ignore[union-attr]
+
+
+def test_port_forward_says_the_published_url_before_it_forwards(gpujob: Callable) -> None:
+    """Before it forwards (here the host greets like sshd and hangs up), `port-forward`
+    says where the cloud publishes the port."""
+    from clouds import BannerServer
+
+    from launcher.remote.hosts import HostEntry
+    from launcher.state.db import JobRecord, StateDB
+    from launcher.state.served import Served, ServedDB
+
+    banner = BannerServer()
+    host = HostEntry("gpujob-0000abcd-rtx4090-000001", "127.0.0.1", banner.port, "root")
+    StateDB().add_job(JobRecord(
+        id="web-1", name="web", spec_path="x.yaml", provider="vast", runtime="bare",
+        hosts=[host.to_record()], node_dirs=["/root/.gpujob/jobs/web-1/node-0"],
+        state="running", exit_code=None, created_at=0.0, ended_at=None, last_line=None,
+    ))  # fmt: skip
+    ServedDB().put(Served("web-1", [8000]))
+    ServedDB().put_public("web-1", {8000: "203.0.113.7:41234"})
+    try:
+        result = gpujob("port-forward", "web-1")
+    finally:
+        banner.close()
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0] == (
+        "http://203.0.113.7:41234/  <- port 8000 of job web-1, published by its cloud"
+    ), result.stdout + result.stderr
