@@ -65,6 +65,8 @@ def test_a_vast_jobs_port_is_published_and_its_preemption_hook_runs_when_outbid(
         return page_or_empty(page) == b"served from a vast instance\n"
 
     wait_until(served, "the published port answering", 120)
+    shown = gpujob(env, "status").stdout.decode().splitlines()
+    assert f"{page}  <- port 8000 of job web-vast, published by its cloud" in shown, shown
 
     fake.control.instance(inst.id, spot_interrupted=True)  # outbid: Vast stops it
     wait_until(lambda: not served(), "the stopped instance's port going", 60)
