@@ -60,8 +60,9 @@ class HostBackend(Protocol):
         """Append `keys` to root's authorized_keys, or replace the file with them."""
         ...
 
-    def stop(self, instance_id: str) -> None:
-        """Vast `state: stopped`: the container stops, its disk stays."""
+    def stop(self, instance_id: str, grace_s: int = 2) -> None:
+        """Vast `state: stopped`: the container stops (SIGTERM, SIGKILL after `grace_s`), its
+        disk stays."""
         ...
 
     def start(self, instance_id: str) -> None:

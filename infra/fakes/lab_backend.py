@@ -49,9 +49,18 @@ if [ -s {FAKE_DIR}/onstart.sh ]; then
   ($run /root/onstart.sh >>/var/log/onstart.log 2>&1 &)
 fi
 touch /root/hasbooted
-exec /usr/sbin/sshd -D -e -p "$1" -o PermitRootLogin=prohibit-password \
-  -o PasswordAuthentication=no -o UsePAM=no
+exec env -u CONTAINER_API_KEY /bin/sh -c '
+trap "kill -TERM -1 2>/dev/null; sleep 3600" TERM
+/usr/sbin/sshd -D -e -p "$1" -o PermitRootLogin=prohibit-password \
+  -o PasswordAuthentication=no -o UsePAM=no &
+wait $!' init "$1"
 """
+"""The container's start as Vast's ssh runtype makes it (keys, onstart in the background,
+sshd). Its PID 1 is an init that passes a stop's SIGTERM to every process and then waits
+for the stop's SIGKILL, as a machine's shutdown does: a job on a stopped instance (an
+outbid one among them) has the grace to act on it, rather than dying with sshd at once
+[U: what Vast's own init does with a stop is not documented]. PID 1 runs without the
+instance's key in its environment (the onstart, before it, took it into its 0600 file)."""
 
 
 def _volume_dir(volume: str) -> Path:
@@ -226,6 +235,8 @@ class LabBackend:
         else:
             listener = int(self._docker(rec["docker_host"], ["inspect", "-f", "{{.State.Pid}}",
                                                              rec["container"]]))  # fmt: skip
+            if not comm(listener).startswith("sshd"):  # the container's init: sshd is its child
+                listener = next(p for p in children(listener) if comm(p).startswith("sshd"))
         for pid in children(listener):
             if comm(pid).startswith("sshd"):  # one per connection; onstart's jobs live on
                 with contextlib.suppress(ProcessLookupError):
@@ -244,9 +255,10 @@ class LabBackend:
         self._docker(rec["docker_host"], ["exec", "-i", rec["container"], "sh", "-c", script],
                      stdin=_keys_text(keys))  # fmt: skip
 
-    def stop(self, instance_id: str) -> None:
+    def stop(self, instance_id: str, grace_s: int = 2) -> None:
         rec = self.records[instance_id]
-        self._docker(rec["docker_host"], ["stop", "-t", "2", rec["container"]])
+        self._docker(rec["docker_host"], ["stop", "-t", str(grace_s), rec["container"]],
+                     timeout=grace_s + 60)  # fmt: skip
 
     def start(self, instance_id: str) -> None:
         rec = self.records[instance_id]

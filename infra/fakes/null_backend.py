@@ -71,7 +71,7 @@ class NullBackend:
         old = [] if replace else self.keys.get(instance_id, [])
         self.keys[instance_id] = [*old, *keys]
 
-    def stop(self, instance_id: str) -> None:
+    def stop(self, instance_id: str, grace_s: int = 2) -> None:
         self._note("stop", instance_id)
 
     def start(self, instance_id: str) -> None:

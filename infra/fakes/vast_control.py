@@ -4,7 +4,9 @@ POST /_fake/instances/{id}   {"actual_status": "exited"|"unknown"|"offline"|"cre
                               "loading"|..., "status_msg": str, "stuck": bool,
                               "spot_interrupted": bool, "clear": bool}
     Pin a state (it stays until `clear`), keep an instance loading, or interrupt a spot
-    instance (intended, current and next state all `stopped`).
+    instance (intended, current and next state all `stopped`, as dstack reads an outbid
+    one, reference §4.5): its container is stopped as a stop stops it (`docker stop`:
+    SIGTERM, SIGKILL after PREEMPT_GRACE_S), its disk kept.
 POST /_fake/instances/{id}/reboot        the container dies and restarts (onstart reruns)
 POST /_fake/instances/{id}/drop-ssh      open SSH connections are cut
 POST /_fake/instances/{id}/rewrite-keys  authorized_keys := the registered keys (§7.6)
@@ -24,6 +26,10 @@ from infra.fakes.vast_state import VastBooks
 
 if TYPE_CHECKING:
     from infra.fakes.vast_api import VastApi
+
+PREEMPT_GRACE_S = 10
+"""An outbid instance's container has Docker's default stop grace: Vast documents no notice
+before it stops an interruptible instance (reference §7.6) [U]."""
 
 
 class VastControl:
@@ -74,6 +80,13 @@ class VastControl:
                 if body.get("spot_interrupted"):
                     inst.injected = True
                     inst.actual = inst.intended = inst.cur_state = inst.next_state = "stopped"
+                    if inst.host_ready:  # its container is stopped, as Vast stops the instance
+                        inst.host_ready = False
+                        books.job(
+                            inst,
+                            "preempt",
+                            lambda: backend.stop(str(inst.id), grace_s=PREEMPT_GRACE_S),
+                        )
             else:
                 return json_reply(404, {"error": f"no control verb {verb!r}"})
             return json_reply(200, books.instance_json(inst))

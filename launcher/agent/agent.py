@@ -197,6 +197,10 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
     limits = _limit_watch(node_dir, config, job, status, gpus.utilization)
     recorder, *metrics = start_metrics(node_dir, config, gpus, _publisher(node_dir, status))
     _stop_on_usr1(node_dir, config, job, status, usr1)
+    if config.get("lifecycle_hooks"):  # shipped with them: a SIGTERM that is no cancel
+        from lifecycle_hooks import on_host_going
+
+        on_host_going(node_dir, config, job.stop)
     code = job.wait(recorder.with_rss(sampler(node_dir, status, STATUS_LOCK)))
     if job.reason:  # e.g. a container that ended before its script ran (runtimes.py)
         status["reason"] = job.reason

@@ -14,6 +14,14 @@ A hook in a container past its timeout: its `docker exec` is stopped, and what i
 there ends with the container.
 Hooks run once per node and event: a second cancel does not run them again, and the cancel
 that `down` makes after its down hooks runs no stop hook.
+
+The preemption notice is a SIGTERM that reaches node 0's supervisor without a cancel of
+gpujob's (`on_host_going`). gpujob's own cancel never signals the supervisor: it leaves
+`cancel-requested` and signals the job's process group, the job's own session. A SIGTERM
+to the supervisor is the host's: a machine's shutdown, a stopped container whose init
+passes it to every process (an outbid Vast instance is stopped: the Vast fake stops its
+container with `docker stop`, SIGTERM then SIGKILL after the grace), a spot VM's notice.
+The hooks run first, within that grace, then the job is stopped with its own.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from agent_os import read_json
@@ -113,3 +123,34 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def on_host_going(
+    node_dir: Path, config: dict[str, Any], stop_job: Callable[[float], None]
+) -> None:
+    """From now on, a SIGTERM with no cancel of gpujob's behind it runs the preemption hooks
+    (output in the job's log), then stops the job (`stop_job`, with the job's grace), and
+    the supervisor records its end as usual. A job with no preemption hook keeps SIGTERM's
+    default; with a cancel under way, SIGTERM keeps it too. Main thread only: the handler
+    is installed here and does the work itself, in the main thread, so the supervisor
+    records the job's end (and exits) only after the hooks, even when the SIGTERM reached
+    the job too and it has already ended."""
+    hooks = config.get("lifecycle_hooks") or ()
+    if config.get("slurm") or not any("preemption" in h.get("events", ()) for h in hooks):
+        return  # under SLURM, gpujob's own cancel is a scancel: SIGTERM to the whole step
+
+    def going() -> None:
+        log_line(node_dir, "SIGTERM without a cancel of gpujob's: the host is going away "
+                 "(preemption); its hooks run, then the job is stopped")  # fmt: skip
+        run_hooks(node_dir, "preemption")
+        stop_job(float(config.get("grace_s", 30)))
+
+    def noticed(signum: int, frame: FrameType | None) -> None:
+        if (node_dir / "cancel-requested").exists():  # gpujob's cancel is under way: as before
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second notice changes nothing
+        going()
+
+    signal.signal(signal.SIGTERM, noticed)

@@ -124,6 +124,9 @@ class Instance:
     peer_ip: str | None = field(default=None, compare=False)
     """Where the job's other nodes reach it, when not at `ip`: its address on a Vast overlay
     network (clouds.vast_overlay), read on the host."""
+    public: dict[int, str] = field(default_factory=dict, compare=False)
+    """A port the job serves -> the `address:port` the cloud publishes it on, once running
+    (Vast: the instance's `ports` mapping, clouds.vast_ports); empty where nothing is."""
 
 
 STATUSES = ("booting", "running", "failed", "terminating", "terminated")

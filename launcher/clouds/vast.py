@@ -32,6 +32,7 @@ from launcher.clouds.base import (
 )
 from launcher.clouds.vast_keys import VastKeys
 from launcher.clouds.vast_overlay import VastOverlays
+from launcher.clouds.vast_ports import VastPorts, public_ports
 from launcher.clouds.vast_volume import VastVolumes
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _describe_error(reply: Any) -> str:
     return f"HTTP {reply.status_code}: {text_of(reply)}"
 
 
-class Vast(VastKeys, VastOverlays, VastVolumes):
+class Vast(VastKeys, VastOverlays, VastVolumes, VastPorts):
     name = "vast"
     runtime = "bare"  # the instance is a container: no Docker inside
     runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
@@ -180,7 +181,7 @@ class Vast(VastKeys, VastOverlays, VastVolumes):
         self.ensure_ssh_key(ssh_public_key)
         body = {"client_id": "me", "image": self.image or image or DEFAULT_IMAGE,
                 "disk": int(offer.disk_gb), "label": name, "runtype": "ssh_direc ssh_proxy",
-                "onstart": ONSTART, "env": {}, "price": offer.bid,
+                "onstart": ONSTART, "env": self.port_env(), "price": offer.bid,
                 "cancel_unavail": True}  # fmt: skip
         volume = self.volume_info(offer)  # resources.volume, made on this machine if new
         if volume is not None:
@@ -231,7 +232,8 @@ class Vast(VastKeys, VastOverlays, VastVolumes):
             return Instance(self.name, str(raw["id"]), label, status, host,
                             port, self.ssh_user, raw.get("dph_total"),
                             raw.get("start_date"), str(actual), owner_in_name(label),
-                            cloud_status=said)  # fmt: skip
+                            cloud_status=said,
+                            public=public_ports(raw) if status == "running" else {})  # fmt: skip
         except (KeyError, TypeError, AttributeError, ValueError):
             from launcher.clouds.http import shape_error
 

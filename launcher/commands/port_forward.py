@@ -7,6 +7,7 @@ from __future__ import annotations
 from launcher.errors import UsageError
 from launcher.jobs.forwarding import Show, forward_job
 from launcher.jobs.records import job_and_target
+from launcher.jobs.served import public_lines
 from launcher.say import say
 from launcher.spec.web import port_number
 from launcher.state.db import StateDB
@@ -28,13 +29,15 @@ def parse_forward(text: str) -> tuple[int, int]:
 def port_forward(reference: str, forwards: tuple[str, ...], node: int, show: Show) -> int:
     pairs = [parse_forward(text) for text in forwards]
     job, target = job_and_target(StateDB(), reference)
+    served = ServedDB().get(job.id)
     if not pairs:
-        served = ServedDB().get(job.id)
         if served is None or not served.ports:
             raise UsageError(f"job {job.id} records no ports",
                              f"name one: gpujob port-forward {job.id} PORT[:LOCAL], or add "
                              "`ports:` to the job's spec")  # fmt: skip
         pairs = [(port, port) for port in served.ports]
+    for line in public_lines(served, [port for port, _ in pairs]) if served else []:
+        show(line)  # reachable without this command too: its cloud publishes it
     if job.terminal:
         say(f"warning: job {job.id} has ended ({job.state}): what it served may be gone")
     return forward_job(job, target, pairs, node, show)

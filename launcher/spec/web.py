@@ -1,9 +1,10 @@
 """What a job serves on its head node: `ports:` (SkyPilot's `resources.ports`: 8080,
 "8000-8010", or a list of both) and `tensorboard:` (the folder `gpujob tb` serves).
 
-gpujob opens no port to the internet: a port is reached from this machine over the job's own
-SSH connection (by `submit` while it follows the job, or `gpujob port-forward JOB`), so a
-server need only listen on the node's loopback. The ports are recorded with the job so that
+A port is reached from this machine over the job's own SSH connection (by `submit` while it
+follows the job, or `gpujob port-forward JOB`), so a server need only listen on the node's
+loopback; only Vast also publishes them (clouds.vast_ports), where nothing else reaches a
+container. The ports are recorded with the job so that
 `port-forward` with no PORT forwards all of them and `submit`/`status` say how to reach them.
 """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -242,3 +243,52 @@ def test_git_token_reaches_git_through_the_clones_credential_helper(
     done = gpujob(dict(state, GIT_TOKEN="ghp_e2e"), "submit", str(spec))
     assert done.returncode == 0, done.stderr
     assert "v2" in done.stdout.splitlines() and "ghp_e2e" not in done.stdout + done.stderr
+
+
+PREEMPTIBLE = """\
+name: preemptible
+envs:
+  SAVED_TO: {saved}
+config:
+  hooks:
+    - run: echo "saving before the host goes ($GPUJOB_LIFECYCLE_EVENT)"; echo saved > "$SAVED_TO"
+      events: [preemption]
+    - run: echo "stop hook ran"
+      events: [stop]
+run: |
+  echo job running
+  sleep 300
+"""
+
+
+def test_a_sigterm_that_is_no_cancel_runs_the_preemption_hooks_then_stops_the_job(
+    tmp_path: Path, state: dict[str, str]
+) -> None:
+    """What a host going away does to node 0's supervisor (a stopped container's init, a
+    shutdown): SIGTERM with no cancel of gpujob's. The preemption hooks run (their output
+    in `gpujob logs`), then the job is stopped and its end recorded; no stop hook runs."""
+    spec = tmp_path / "task.yaml"
+    spec.write_text(PREEMPTIBLE.format(saved=tmp_path / "saved"))
+    job_id = _job_id(gpujob(state, "submit", str(spec), "-d"))
+    _wait_running(state, job_id)
+    node_dir = Path(state["GPUJOB_STATE_DIR"]) / "jobs" / job_id / "node-0"
+    supervisor = json.loads((node_dir / "status.json").read_text())["supervisor_pid"]
+    os.kill(supervisor, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if json.loads((node_dir / "status.json").read_text()).get("state") != "running":
+            break
+        time.sleep(0.3)
+    log = gpujob(state, "logs", job_id).stdout.splitlines()
+    assert "saving before the host goes (preemption)" in log
+    agent_lines = [line for line in log if line.startswith("[gpujob-agent]")]
+    assert agent_lines[:3] == [
+        "[gpujob-agent] SIGTERM without a cancel of gpujob's: the host is going away "
+        "(preemption); its hooks run, then the job is stopped",
+        "[gpujob-agent] lifecycle hook 1/1 (preemption): running (timeout 3600 s)",
+        "[gpujob-agent] lifecycle hook 1/1 (preemption): done",
+    ]
+    assert "stop hook ran" not in log
+    assert (tmp_path / "saved").read_text() == "saved\n"  # with the job's envs
+    rows = json.loads(gpujob(state, "status", "--json").stdout)["jobs"]
+    assert next(r for r in rows if r["id"] == job_id)["state"] in ("failed", "cancelled")

@@ -375,10 +375,10 @@ def test_the_vast_instance_key_is_only_in_its_0600_file_on_the_host(
     every login reads, has it no more.
 
     Processes: the key is in the environment Vast gives the container (here Docker's
-    `Config.Env`, checked below), so PID 1 starts with it. In the lab PID 1 is the emulated
-    entrypoint exec'd into `sshd -D`, and sshd writes its process title over that memory
-    (setproctitle), so /proc shows the key in no process of the container: not PID 1, not
-    the sessions sshd starts (with an environment of their own), not the autostop watcher.
+    `Config.Env`, checked below), so PID 1 starts with it. In the lab the emulated entrypoint
+    execs its init without it (`env -u`), after the onstart took it into its file, so /proc
+    shows the key in no process of the container: not PID 1, not sshd nor the sessions it
+    starts (with an environment of their own), not the autostop watcher.
     On Vast, PID 1's environment is Vast's own and may still show it; no process of
     gpujob's may."""
     name, instance_id, _ = up(env, "vast", "--autostop", "10m")

@@ -93,6 +93,9 @@ class UpOptions:
     peers: PeerPorts | None = None
     """A multi-node job's hosts open to each other where the cloud's firewall would block
     them (targets.cloud.firewall)."""
+    ports: tuple[int, ...] = ()
+    """The job's `ports:`, published by the cloud where it publishes ports (Vast:
+    clouds.vast_ports); elsewhere they are reached over SSH only."""
 
 
 def say(text: str) -> None:
@@ -140,6 +143,9 @@ def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
     from launcher.targets.cloud.firewall import arm
 
     arm(provider, options.peers)
+    publish = getattr(provider, "publish_ports", None)
+    if publish is not None:  # none: an earlier launch's are not this one's
+        publish(options.ports)
     return launch_all(provider, request, options, public_key(), db, rent, share)
 
 

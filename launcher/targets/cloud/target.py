@@ -153,7 +153,8 @@ class CloudTarget(RemoteHostsTarget):
                             filesystem=spec.resources.filesystem,
                             volume=spec.resources.volume,
                             one_network=spec.nodes > 1 and not kept,
-                            offers_on_stderr=True, region=region, peers=peers)  # fmt: skip
+                            offers_on_stderr=True, region=region, peers=peers,
+                            ports=tuple(spec.ports))  # fmt: skip
         try:
             instances = launch_hosts(options, self.rent)
         except ProviderError as error:
@@ -167,6 +168,10 @@ class CloudTarget(RemoteHostsTarget):
         if request.dry_run:
             return [HostEntry(name=f"<new {self.kind} host {rank}>", address="<its ip>")
                     for rank in range(spec.nodes)]  # fmt: skip
+        if instances and not (kept and kept[0]):  # node 0 new: where its cloud publishes ports
+            from launcher.state.served import ServedDB
+
+            ServedDB().put_public(job.job_id, instances[0].public)
         made = iter([instance_entry(inst) for inst in instances])  # pinned per instance
         if kept:  # each rank keeps its host, or takes the next new one (addresses re-formed)
             return [HostEntry.from_record(record) if record else next(made) for record in kept]
