@@ -118,7 +118,7 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_bench(folder: Path, options: argparse.Namespace, lab, boot) -> None:  # noqa: ANN001
+def run_bench(folder: Path, options: argparse.Namespace, lab, boot) -> None:
     names = [f"n{i}" for i in range(max(SIZES))]
     made = [lab.create_host(name) for name in names]
     key = lab.user_key()
