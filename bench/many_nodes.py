@@ -96,7 +96,7 @@ def read_all_s(argvs: list[list[str]], env: dict[str, str] | None) -> tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--log-lines", type=int, default=100_000, help="a node's, 49 bytes each")
+    parser.add_argument("--log-lines", type=int, default=100_000, help="a node's, about 74 bytes each")
     parser.add_argument("--log-rounds", type=int, default=3)
     options = parser.parse_args()
     os.environ.setdefault("GPUJOB_LAB_NAME", "gjscale")
