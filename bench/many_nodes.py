@@ -96,7 +96,9 @@ def read_all_s(argvs: list[list[str]], env: dict[str, str] | None) -> tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--log-lines", type=int, default=100_000, help="a node's, about 74 bytes each")
+    parser.add_argument(
+        "--log-lines", type=int, default=100_000, help="a node's, about 74 bytes each"
+    )
     parser.add_argument("--log-rounds", type=int, default=3)
     options = parser.parse_args()
     os.environ.setdefault("GPUJOB_LAB_NAME", "gjscale")
@@ -119,6 +121,8 @@ def main() -> None:
 
 
 def run_bench(folder: Path, options: argparse.Namespace, lab, boot) -> None:
+    from infra.lab import known_hosts_path
+
     names = [f"n{i}" for i in range(max(SIZES))]
     made = [lab.create_host(name) for name in names]
     key = lab.user_key()
@@ -133,17 +137,28 @@ def run_bench(folder: Path, options: argparse.Namespace, lab, boot) -> None:
     def submit(n: int) -> list[str]:
         return [GPUJOB, "submit", str(specs[n]), "--on", ",".join(names[:n])]
 
+    def ssh(host, command: str) -> list[str]:  # host: an infra.lab LabHost
+        return ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known_hosts_path()}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                f"root@{host.address}", command]  # fmt: skip
+
     every_first_line_s(submit(16), env, 16)  # pins 16 keys, opens 16 connections
     times: dict[int, list[float]] = {n: [] for n in SIZES}
+    raw: dict[int, list[float]] = {1: [], 16: []}
     for _ in range(options.rounds):
         for n in SIZES:
             times[n].append(every_first_line_s(submit(n), env, n))
+            if n in raw:  # the machine's own floor: n fresh ssh connections at once
+                raw[n].append(read_all_s([ssh(h, "echo first line") for h in made[:n]], None)[0])
     med = {n: statistics.median(values) for n, values in times.items()}
     for n in SIZES:
         runs = ", ".join(f"{v:.2f}" for v in times[n])
         print(f"submit to every node's first line, {n:2d} node(s): median {med[n]:.2f} s"
               f"  ({runs})  {med[n] / med[1]:.2f}x of 1")  # fmt: skip
     print(f"ratio 16 nodes / 1 node: {med[16] / med[1]:.2f} (target within 1.5)")
+    floor = {n: statistics.median(values) for n, values in raw.items()}
+    print(f"raw `ssh HOST echo` on 1 / 16 hosts at once: {floor[1]:.2f} s / {floor[16]:.2f} s,"
+          f" ratio {floor[16] / floor[1]:.2f} (the hosts' sshd run here too)")  # fmt: skip
 
     logs = spec_file(folder, 16, f"python3 logs.py {options.log_lines} $GPUJOB_NODE_RANK", "logs")
     done = subprocess.run([*submit(16)[:2], str(logs), *submit(16)[3:], "--detach",
@@ -154,11 +169,7 @@ def run_bench(folder: Path, options: argparse.Namespace, lab, boot) -> None:
     files = [boot.host_dir(host.name) / "root" / ".gpujob" / "jobs" / "logs16" / f"node-{rank}"
              / "job.log" for rank, host in enumerate(made)]  # fmt: skip
     size = sum(path.stat().st_size for path in files)
-    from infra.lab import known_hosts_path
-
-    cats = [["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={known_hosts_path()}",
-             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"root@{host.address}",
-             f"cat /root/.gpujob/jobs/logs16/node-{rank}/job.log"]
+    cats = [ssh(host, f"cat /root/.gpujob/jobs/logs16/node-{rank}/job.log")
             for rank, host in enumerate(made)]  # fmt: skip
     follow = [[GPUJOB, "logs", "logs16", "-f"]]
     took: dict[str, list[float]] = {"ssh cat": [], "gpujob": []}

@@ -84,6 +84,7 @@ def run_bench(scratch: Path, options: argparse.Namespace) -> dict[str, dict[int,
                GPUJOB_LAMBDA_API_URL=fakes["lambda"].url, VAST_API_KEY=VAST_API_KEY,
                GPUJOB_VAST_API_URL=fakes["vast"].url,
                GPUJOB_VAST_IMAGE=f"{registry.address()}/{base_image.TAG}")  # fmt: skip
+    _more_offers(fakes["vast"].api, options.count)
     clouds = options.clouds.split(",")
     times = {cloud: {1: [], options.count: []} for cloud in clouds}
     try:
@@ -95,12 +96,40 @@ def run_bench(scratch: Path, options: argparse.Namespace) -> dict[str, dict[int,
                     times[cloud][count].append(took)
                     print(f"{cloud}: up --count {count}: {took:.1f} s", file=sys.stderr)
                     timed(env, "down", "--all")
+                    _settled(backend)
     finally:
         subprocess.run([GPUJOB, "down", "--all"], env=env, capture_output=True)
         for fake in fakes.values():
             fake.stop()
         backend.close()
     return times
+
+
+def _more_offers(api, count: int) -> None:  # api: the Vast fake's VastApi
+    """The Vast fake's seed has one single-RTX 4090 machine a location; `count` more like the
+    cheapest, each a machine of its own, as a marketplace of many hosts has."""
+    offers = api.books.offers
+    cheapest = min((o for o in offers.values() if o["gpu_name"] == "RTX 4090"
+                    and o["num_gpus"] == 1), key=lambda o: o["dph_total"])  # fmt: skip
+    for n in range(count):
+        offer_id = 12349000 + n
+        offers[offer_id] = {
+            **cheapest,
+            "id": offer_id,
+            "ask_contract_id": offer_id,
+            "bundle_id": 987659000 + n,
+            "machine_id": 89000 + n,
+            "host_id": 59000 + n,
+            "public_ipaddr": f"203.0.113.{100 + n}",
+        }
+
+
+def _settled(backend, timeout_s: float = 120.0) -> None:  # backend: a LabBackend
+    """The fake tears a destroyed instance's container and host down after `down` returns;
+    the next round waits for that, so it never lands on a machine being torn down."""
+    deadline = time.monotonic() + timeout_s
+    while backend.records and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 if __name__ == "__main__":
