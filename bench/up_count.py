@@ -2,10 +2,11 @@
 within 1.5x), both measured in one run, each followed by `gpujob down --all`.
 
 Every host is rented, waited for and bootstrapped (`--allow-cpu`: lab hosts have no GPU).
-The fakes keep the clouds' documented rate limits (rate_scale 1): Lambda takes one launch
-per 12 s and its API 1.10 launches one instance a call (no `quantity`), so 8 hosts cost at
-least 7 x 12 s of launches however the rest overlaps; Vast's fake takes a create per 4.5 s
-per key (gpujob's creates go at once and wait out its 429s). The bench works on a lab of its
+The fakes' rate limits are turned on (off by default), at the clouds' figures: Lambda takes
+one launch per 12 s and its API 1.10 launches one instance a call (no `quantity`), so 8 hosts
+cost at least 7 x 12 s of launches however the rest overlaps (gpujob paces its launches to
+that); Vast's fake takes a create per 4.5 s per key (gpujob's creates go at once and wait
+out its 429s). The bench works on a lab of its
 own name (`GPUJOB_LAB_NAME`, default `gjupcount`), under that lab's lock, and takes it down
 at the end (`gpujob lab down`). Usage (root):
     python bench/up_count.py [--rounds 1] [--count 8] [--clouds lambda,vast]
@@ -84,6 +85,8 @@ def run_bench(scratch: Path, options: argparse.Namespace) -> dict[str, dict[int,
                GPUJOB_LAMBDA_API_URL=fakes["lambda"].url, VAST_API_KEY=VAST_API_KEY,
                GPUJOB_VAST_API_URL=fakes["vast"].url,
                GPUJOB_VAST_IMAGE=f"{registry.address()}/{base_image.TAG}")  # fmt: skip
+    for fake in fakes.values():  # off by default in the fakes: on, at the clouds' figures
+        fake.api.knobs.rate_limits = True
     _more_offers(fakes["vast"].api, options.count)
     clouds = options.clouds.split(",")
     times = {cloud: {1: [], options.count: []} for cloud in clouds}
