@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,14 +67,23 @@ class Retryable(Exception):
 
 
 def _wait(state: RetryCallState) -> float:
-    """Exponential from the base, or the server's Retry-After when it is longer (capped)."""
-    exp = wait_exponential(multiplier=backoff_base(), max=60 * backoff_base())(state)
+    """Exponential from the base, stretched by up to as much again at random, or the
+    server's Retry-After when it is longer (capped). The stretch spreads the retries of the
+    calls one command makes at once (`up --count 8`'s creates, `down --all`'s deletes):
+    answered 429 together by a per-endpoint limit, they would otherwise all come back at
+    the same instant, one would get through each time, and the last ones run out of tries."""
+    exp = jittered(wait_exponential(multiplier=backoff_base(), max=60 * backoff_base())(state))
     error = state.outcome.exception() if state.outcome else None
     if isinstance(error, Retryable) and error.reply is not None:
         after = error.reply.headers.get("Retry-After", "")
         if after.isdigit():
             return max(exp, min(float(after), 60.0))
     return exp
+
+
+def jittered(wait: float) -> float:
+    """`wait` to twice `wait`, at random (never shorter than the backoff asked)."""
+    return wait * (1.0 + random.random())
 
 
 def bearer_client(

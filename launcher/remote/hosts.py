@@ -11,10 +11,13 @@ and `cancel` reach the same machine later without the hosts file.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, asdict, dataclass, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
@@ -143,12 +146,18 @@ def instance_entry(inst: Instance) -> HostEntry:
                      peer=inst.peer_ip)  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed_hosts(text: str, where: str) -> Mapping[str, HostEntry]:
+    """hosts.yaml parsed once per text: a job of 16 nodes resolves 16 names from it."""
+    return MappingProxyType(parse_hosts(text, where))
+
+
 def resolve_host(on: str) -> HostEntry:
     """A hosts.yaml name first, then a host `gpujob up` rented; else `user@addr[:port]`
     (addr may be a ~/.ssh/config alias)."""
     path = hosts_file()
     if path.is_file():
-        hosts = parse_hosts(path.read_text(), str(path))
+        hosts = _parsed_hosts(path.read_text(), str(path))
         if on in hosts:
             return hosts[on]
     if "@" not in on and ":" not in on:

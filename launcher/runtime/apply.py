@@ -2,11 +2,11 @@
 host is a step of the Plan (`--dry-run` prints the same object), and so are the checks
 before start and what a failed start undoes.
 
-Each node is prepared in one batch, one exec on its host (remote/batch.py): the workdir,
-its files, the image pull or the environment. All nodes or none: a job of several nodes
-starts only once every node is prepared and every host reaches node 0's rendezvous port, and
-if one node then fails to start, those already started are cancelled. A job of one node
-starts at the end of its batch.
+Each node is prepared in one batch, one exec on its host (remote/batch.py), all hosts at
+once (remote/fanout.py): the workdir, its files, the image pull or the environment. All
+nodes or none: a job of several nodes starts only once every node is prepared and every host
+reaches node 0's rendezvous port, and if one node then fails to start, those already started
+are cancelled. A job of one node starts at the end of its batch.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from launcher.plan.model import (
 )
 from launcher.remote.base import Connection, Result
 from launcher.remote.batch import File, Op, Outcome, Run
+from launcher.remote.fanout import per_host
 from launcher.runtime.trace import traced
 
 Report = Callable[[str], None]
@@ -81,35 +82,63 @@ class Starts:
 def apply_plan(
     plan: Plan, connections: dict[str, Connection], report: Report, starts: Starts | None = None
 ) -> dict[int, FirstRead]:
-    """Each node is prepared in one batch (one exec on its host). A job of one node starts in
-    that same batch, whose start may read the log's first bytes (`reads_log`): returned by
-    node rank for the log follow to start from. A job of several starts only once every node
-    is prepared and reaches node 0's rendezvous port. `starts` says, if apply raises, which
-    starts went out and what they answered."""
+    """Each node is prepared in one batch (one exec on its host), the hosts at once
+    (remote/fanout.py: a host's nodes in turn, what they say in rank order). A job of one
+    node starts in that same batch, whose start may read the log's first bytes
+    (`reads_log`): returned by node rank for the log follow to start from. A job of several
+    starts only once every node is prepared and reaches node 0's rendezvous port, all its
+    nodes at once. `starts` says, if apply raises, which starts went out and what they
+    answered."""
     starts = Starts() if starts is None else starts
     at_once = plan.starts_in_batch
-    first: dict[int, FirstRead] = {}
     for node in plan.nodes:
-        read = _prepare(node, connections[node.host], report, at_once, starts.of(node.rank))
-        if read is not None:
-            first[node.rank] = read
+        starts.of(node.rank)  # made here: the hosts' threads only fill them in
+    said: dict[int, list[str]] = {node.rank: [] for node in plan.nodes}
+
+    def prepare(node: NodePlan) -> FirstRead | None:
+        conn, seen = connections[node.host], starts.of(node.rank)
+        return _prepare(node, conn, said[node.rank].append, at_once, seen)
+
+    try:
+        reads = per_host(plan.nodes, _host_of, prepare)
+    finally:
+        _say_in_order(said, report)
+    first = {node.rank: read for node, read in zip(plan.nodes, reads, strict=True) if read}
     if at_once:
         return first
     for check in plan.checks:
         traced(check.host, None, check)
         check_reach(check, connections, report)
+
+    def start(node: NodePlan) -> None:
+        step, seen = node.start, starts.of(node.rank)
+        traced(node.host, node.rank, step)
+        seen.sent = True
+        seen.answer = connections[node.host].run(step.argv, input=_input(step))
+        _require(node, step, seen.answer)
+        said[node.rank].append(f"node {node.rank}: job started")
+
     try:
-        for node in plan.nodes:
-            start, seen = node.start, starts.of(node.rank)
-            traced(node.host, node.rank, start)
-            seen.sent = True
-            seen.answer = connections[node.host].run(start.argv, input=_input(start))
-            _require(node, start, seen.answer)
-            report(f"node {node.rank}: job started")
+        try:
+            per_host(plan.nodes, _host_of, start)
+        finally:
+            _say_in_order(said, report)
     except BaseException:
         _undo(plan, connections, report, starts)
         raise
     return first
+
+
+def _host_of(node: NodePlan) -> str:
+    return node.host
+
+
+def _say_in_order(said: dict[int, list[str]], report: Report) -> None:
+    """What the nodes' threads had to say, node 0's first, as a serial run said it."""
+    for rank in sorted(said):
+        for line in said[rank]:
+            report(line)
+        said[rank].clear()
 
 
 def _undo(plan: Plan, connections: dict[str, Connection], report: Report, starts: Starts) -> None:
@@ -237,11 +266,9 @@ def check_reach(check: ReachCheck, connections: dict[str, Connection], report: R
         daemon=True,
     )
     listener.start()
-    failures = []
-    for host in check.from_hosts:
-        result = connections[host].run(check.dial)
-        if not result.ok:
-            failures.append(f"{host}: {_last(result)}")
+    dialled = per_host(check.from_hosts, str, lambda host: connections[host].run(check.dial))
+    pairs = zip(check.from_hosts, dialled, strict=True)
+    failures = [f"{host}: {_last(result)}" for host, result in pairs if not result.ok]
     listener.join(check.timeout_s + 10)
     result = heard.get("r")
     if result is not None and not result.ok:

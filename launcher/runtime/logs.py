@@ -3,13 +3,15 @@
 The agent on each host owns the log file; the client only ever asks for bytes from an offset,
 so a dropped connection or a restarted client loses nothing and repeats nothing. A host that
 stays unreachable is asked again with backoff for a while (rented hosts drop SSH for a
-minute at a time) before the stream gives up.
+minute at a time) before the stream gives up. The hosts are read at once (a round of reads
+takes the slowest host's time, not the sum), each line whole and marked with its node.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from typing import Any, BinaryIO
 
 from launcher.errors import GpujobError
 from launcher.remote.base import Connection
+from launcher.remote.fanout import per_host
 from launcher.runtime.agent import TERMINAL
 from launcher.runtime.screen import LINE_MAX, collapse_carriage_returns, compact, terminal_safe
 
@@ -165,20 +168,24 @@ def _follow(
 ) -> list[NodeStream]:
     delay = POLL_MIN_S
     failure_seen = False
+    wait = LONG_POLL_S if follow and len(streams) == 1 else 0.0
+    lock = threading.Lock()
+
+    def read_one(stream: NodeStream) -> dict[str, Any] | None:
+        return _read(stream, follow, note, wait, output, lock)
+
     while True:
         moved = False
-        for stream in streams:
-            if _stop_requested:
-                raise Stopped
-            if stream.done or not _due(stream):
-                continue
-            wait = LONG_POLL_S if follow and len(streams) == 1 else 0.0
-            before = stream.offset
-            status = _read(stream, follow, note, wait, output)
+        if _stop_requested:
+            raise Stopped
+        due = [stream for stream in streams if not stream.done and _due(stream)]
+        before = [stream.offset for stream in due]
+        read = per_host(due, _host_of, read_one)
+        for stream, status, offset in zip(due, read, before, strict=True):
             if status is None:
                 continue
             stream.status = status
-            if stream.offset > before:
+            if stream.offset > offset:
                 moved = True
                 if on_progress:
                     on_progress(stream)
@@ -214,17 +221,29 @@ def _due(stream: NodeStream) -> bool:
     return time.monotonic() >= stream.unreachable_since + stream.backoff_s
 
 
+def _host_of(stream: NodeStream) -> int:
+    """The nodes of one host (one connection) are read in turn, the hosts at once."""
+    return id(stream.connection)
+
+
 def _read(
-    stream: NodeStream, follow: bool, note: Note | None, wait_s: float, output: Output
+    stream: NodeStream,
+    follow: bool,
+    note: Note | None,
+    wait_s: float,
+    output: Output,
+    lock: threading.Lock,
 ) -> dict[str, Any] | None:
     """One read of the node's log to its end, each piece shown as it arrives (the offset
-    moves with what was shown); the node's status, or None while the host is unreachable."""
+    moves with what was shown, under `lock`: the hosts' reads run at once and share the
+    output); the node's status, or None while the host is unreachable."""
 
     def show(data: bytes) -> None:
-        stream.offset += len(data)
-        stream.tail = (stream.tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
-        _write(output, stream, data)
-        output.out.flush()
+        with lock:
+            stream.offset += len(data)
+            stream.tail = (stream.tail + data[-TAIL_BYTES:])[-TAIL_BYTES:]
+            _write(output, stream, data)
+            output.out.flush()
         if _stop_requested:
             raise Stopped  # between two pieces: what was shown is what the offset says
 

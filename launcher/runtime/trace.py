@@ -2,7 +2,9 @@
 dry run to its word: with `GPUJOB_TRACE_STEPS=FILE`, every step the executor sends to a host
 is appended to FILE as one JSON line, `{"host", "node", "step"}`, the step as the dry run's
 JSON shows it (plan/show.py's `as_json`: argv as lists of words, secrets' values `***`).
-A test then compares the two objects: what `--dry-run --json` printed and what ran.
+A test then compares the two objects: what `--dry-run --json` printed and what ran. The
+hosts of a job of several are worked at once (remote/fanout.py): each host's steps come in
+order, those of different hosts may interleave.
 
 Off (no variable) it costs one environment lookup per step.
 """
