@@ -25,10 +25,15 @@ class Requeue:
 
     max_restarts: int
     checkpoint_dir: str
+    on_failure: bool = False
+    """`node_failure` listed: a nonzero exit of the job's own is requeued too, by the script
+    (`scontrol requeue`, as TorchX's script does), while restarts are left."""
 
 
 def requeue_of(policy: Policy | None, checkpoint_dir: str) -> Requeue | None:
-    return None if policy is None else Requeue(policy.max_restarts, checkpoint_dir)
+    if policy is None:
+        return None
+    return Requeue(policy.max_restarts, checkpoint_dir, "node_failure" in policy.on)
 
 
 def requeue_option(requeue: Requeue | None) -> str:

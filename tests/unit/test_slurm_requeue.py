@@ -33,12 +33,12 @@ SOURCES = Sources(workdir="/src/work", agent=str(AGENT_SOURCE), init_lock=str(IN
 SECRET = "s3cr3t-value"
 
 
-def plan(max_restarts: int = 2):
+def plan(max_restarts: int = 2, on: tuple[str, ...] = ("host_lost", "preempted")):
     spec = spec_of(nodes=2, recovery={"max_restarts": max_restarts},
                    checkpoints={"dir": "checkpoints"})  # fmt: skip
     return build_slurm_plan(spec, CLUSTER, "t-1", {"TOKEN": SECRET}, None, SOURCES,
                             python="/usr/bin/python3",
-                            recovery=Policy(max_restarts=max_restarts))  # fmt: skip
+                            recovery=Policy(max_restarts=max_restarts, on=on))  # fmt: skip
 
 
 def test_a_job_with_recovery_is_queued_requeueable_with_the_module_beside_it() -> None:
@@ -47,9 +47,10 @@ def test_a_job_with_recovery_is_queued_requeueable_with_the_module_beside_it() -
     shipped = [getattr(s, "path", "") for s in planned.plan.nodes[0].steps]
     assert f"{planned.job_dir}/requeue.py" in shipped
     assert "restarts=${SLURM_RESTART_COUNT:-0}" in planned.script
-    done = subprocess.run([str(SHELLCHECK), "--shell=bash", "-"], input=planned.script,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stdout
+    for script in (planned.script, plan(on=("node_failure",)).script):
+        done = subprocess.run([str(SHELLCHECK), "--shell=bash", "-"], input=script,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stdout
 
 
 FAKE_SRUN = """#!/bin/bash
@@ -78,7 +79,8 @@ def _attempt(tmp_path: Path, script: str, root: Path, restarts: int | None, *, a
     (bin_dir / "scontrol").write_text(
         '#!/bin/sh\ncase "$1 $2" in\n"show hostnames") printf "n1\\nn2\\n";;\n'
         f'"show node") echo "NodeName=$3 NodeAddr={address}.$3";;\n'
-        '"show config") echo "KillWait = 5 sec";;\nesac\n'
+        '"show config") echo "KillWait = 5 sec";;\n'
+        '"requeue 9") echo asked >> "$JOB/requeue-asked";;\nesac\n'
     )
     (bin_dir / "srun").write_text(FAKE_SRUN)
     for tool in ("scontrol", "srun"):
@@ -167,6 +169,25 @@ def test_a_requeue_past_max_restarts_ends_the_job_failed_and_says_why(tmp_path: 
     assert (root / "node-0" / "given.txt").read_text().count("resume=") == 2  # no third start
 
 
+@pytest.mark.parametrize(("on", "requeued"), [(("host_lost",), False),
+                                              (("host_lost", "node_failure"), True)])  # fmt: skip
+def test_the_jobs_own_failure_is_requeued_only_with_node_failure(
+    tmp_path: Path, on: tuple[str, ...], requeued: bool
+) -> None:
+    planned = plan(max_restarts=1, on=on)
+    root = _job_folder(tmp_path, planned)
+    script = planned.script.replace(planned.job_dir, str(root))
+    failed = _attempt(tmp_path, script, root, None, address="10.1.0", end=("failed", 7))
+    assert failed.returncode == 7
+    assert (root / "requeue-asked").exists() == requeued
+    assert (root / "requeue").exists() == requeued  # kept for the next attempt, else gone
+    if requeued:  # the last restart's failure is the job's end
+        last = _attempt(tmp_path, script, root, 1, address="10.1.0", end=("failed", 7))
+        assert last.returncode == 7
+        assert (root / "requeue-asked").read_text() == "asked\n"
+        assert not (root / "requeue").exists()
+
+
 @pytest.mark.parametrize(
     ("checkpoints", "chosen"),
     [
@@ -201,6 +222,8 @@ class _View(SlurmJobView):
         ({"state": "cancelled", "exit_code": 143}, _View("PENDING", 1), "pending"),
         ({"state": "cancelled", "slurm_restart": 0}, _View("RUNNING", 1), "starting"),
         ({"state": "failed", "exit_code": 1}, _View("REQUEUED", 1), "pending"),
+        ({"state": "failed", "exit_code": 7}, _View("COMPLETING"), "starting"),
+        ({"state": "failed", "exit_code": 7}, _View("FAILED"), "failed"),
         # the job's own ends
         ({"state": "cancelled", "exit_code": 143}, _View("CANCELLED", 1), "cancelled"),
         ({"state": "succeeded", "exit_code": 0, "slurm_restart": 1}, _View("COMPLETED", 1),

@@ -4,7 +4,8 @@ agent/requeue.py, the plan's plan/slurm_requeue.py).
 When SLURM requeues a job (a node failure, a preemption, `scontrol requeue`) each node's
 agent is stopped by SIGTERM like a cancel and records `cancelled`; the next attempt sets that
 record aside once it starts. Until then the record is the last attempt's, not the job's end:
-`status` and `logs` read SLURM's word instead (pending, then starting).
+`status` and `logs` read SLURM's word instead (pending, then starting), and an agent's end
+counts once SLURM says the job ended.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from launcher.plan.slurm import STATE_WORDS
+
 if TYPE_CHECKING:
     from launcher.targets.slurm.cluster import SlurmJobView
-
-ENDED_BY_SLURM_CANCEL = "CANCELLED"
 
 
 def parse_requeue(text: str) -> tuple[int, bool]:
@@ -30,14 +31,15 @@ def parse_requeue(text: str) -> tuple[int, bool]:
 
 
 def superseded(agent: dict[str, Any], view: SlurmJobView) -> bool:
-    """The agent's recorded end belongs to an attempt SLURM has requeued: an older attempt's
-    (its `slurm_restart` below SLURM's count), or a `cancelled` while SLURM says the job is
-    not cancelled (the TERM of a requeue, seen before SLURM counted it)."""
+    """The agent's recorded end is not (yet) the job's: an older attempt's (its
+    `slurm_restart` below SLURM's count), or any end while SLURM has not ended the job (the
+    TERM of a requeue reads as a cancel; a failure may be requeued by the script). SLURM's
+    end decides; a job SLURM has forgotten (no state) is the agent's word."""
     if not view.requeue:
         return False
     if int(agent.get("slurm_restart") or 0) < view.restarts:
         return True
-    return agent.get("state") == "cancelled" and view.state not in ("", ENDED_BY_SLURM_CANCEL)
+    return view.state not in ("", *STATE_WORDS)
 
 
 def attempt_note(view: SlurmJobView) -> str:
