@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from labtools import wait_until
 from slurmlab import login_ssh
-from test_slurm_jobs import cluster_files, env, gpujob, job_dir, sacct, slurm_id, spec_file
+from test_slurm_jobs import (
+    GPUJOB,
+    cluster_files,
+    env,
+    gpujob,
+    job_dir,
+    sacct,
+    slurm_id,
+    spec_file,
+)
 
 pytestmark = pytest.mark.lab
 __all__ = ["cluster_files", "env"]  # the fixtures, used by name
@@ -59,6 +69,9 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_succeeded(
     assert "#SBATCH --requeue" in (folder / "job.sbatch").read_text()
     log0 = folder / "node-0" / "job.log"
     first = folder / "checkpoints" / "checkpoint-3" / ".gpujob-complete"
+    # the user follows the log from before the requeue to the end
+    follow = subprocess.Popen([GPUJOB, "logs", job_id, "-f"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         wait_until(first.exists, "checkpoint-3 complete", timeout=120)
         slurm_job = slurm_id(env, job_id)
@@ -66,11 +79,13 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_succeeded(
         assert asked.returncode == 0, asked.stderr
         wait_until(lambda: "requeued 1 time(s): attempt 2" in _slurm_word(env, job_id),
                    "status saying attempt 2", timeout=120)  # fmt: skip
-        done = gpujob(env, "logs", job_id, "-f", timeout=240)
+        out, err = follow.communicate(timeout=240)
     finally:
+        follow.kill()
         login_ssh(slurm_cluster, f"scancel {slurm_id(env, job_id)}")  # leave the nodes idle
     log = log0.read_text()
-    assert done.returncode == 0, done.stderr + log[-2000:]
+    assert follow.returncode == 0, err + log[-2000:]
+    assert "[node 0] [gpujob] requeued by SLURM (attempt 2): resuming from checkpoint-" in out
     resumed = re.search(r"\[gpujob\] requeued by SLURM \(attempt 2\): resuming from "
                         r"checkpoint-(\d+)\n", log)  # fmt: skip
     assert resumed, log
