@@ -54,9 +54,13 @@ done
 SECRET = "requeue-secret-0451"
 
 
+@pytest.mark.parametrize("lost", ["scontrol requeue", "node 1 down"])
 def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_succeeded(
-    slurm_cluster, env: dict[str, str], tmp_path: Path
+    slurm_cluster, env: dict[str, str], tmp_path: Path, lost: str
 ) -> None:
+    """`node 1 down`: the controller told node 1 is down (`scontrol update state=down`, as
+    it decides when a node stops answering): SLURM ends the job NODE_FAIL and requeues it;
+    it runs again once the node is back (the lab has two nodes, the job needs both)."""
     block = "".join(f"    {line}\n" for line in COUNTER.strip().splitlines())
     spec = spec_file(tmp_path, "name: requeued\nimage: host\nworkdir: work\nnodes: 2\n"
                                "recovery: {max_restarts: 2}\ncheckpoints: {dir: checkpoints}\n"
@@ -75,13 +79,20 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_succeeded(
     try:
         wait_until(first.exists, "checkpoint-3 complete", timeout=120)
         slurm_job = slurm_id(env, job_id)
-        asked = login_ssh(slurm_cluster, f"scontrol requeue {slurm_job}")
+        node = sorted(slurm_cluster.nodes)[1]
+        asked = login_ssh(slurm_cluster, f"scontrol requeue {slurm_job}" if lost.startswith(
+            "scontrol") else f"scontrol update nodename={node} state=down reason=lost")  # fmt: skip
         assert asked.returncode == 0, asked.stderr
         wait_until(lambda: "requeued 1 time(s): attempt 2" in _slurm_word(env, job_id),
                    "status saying attempt 2", timeout=120)  # fmt: skip
+        if lost == "node 1 down":  # the lab's ReturnToService=2 brings back a node whose
+            # slurmd answers by itself (then resume is "invalid"); else this does
+            login_ssh(slurm_cluster, f"scontrol update nodename={node} state=resume")
         out, err = follow.communicate(timeout=240)
     finally:
         follow.kill()
+        login_ssh(slurm_cluster, f"scontrol update nodename={sorted(slurm_cluster.nodes)[1]} "
+                  "state=resume")  # fmt: skip
         login_ssh(slurm_cluster, f"scancel {slurm_id(env, job_id)}")  # leave the nodes idle
     log = log0.read_text()
     assert follow.returncode == 0, err + log[-2000:]
