@@ -239,3 +239,17 @@ def test_restarts_from_scontrol() -> None:
     line = "JobId=9 JobState=PENDING Reason=BeginTime Requeue=1 Restarts=2 BatchFlag=1"
     assert parse_requeue(line) == (2, True)
     assert parse_requeue("sacct|9|COMPLETED|0:0|n1") == (0, False)
+
+
+def test_cancel_removes_a_requeued_jobs_kept_secrets(tmp_path: Path) -> None:
+    """`gpujob cancel`'s clean-up on the login host (SECRETS_RM) removes the copies a
+    requeueable job keeps for its next attempt: a cancel is the job's end for good."""
+    from launcher.targets.slurm.cancel import SECRETS_RM
+
+    planned = plan()
+    root = _job_folder(tmp_path, planned)
+    requeue.keep(root, 2)
+    assert SECRET in (root / "requeue" / "node-0" / "secrets.json").read_text()
+    subprocess.run(["sh", "-c", SECRETS_RM, "sh", str(root)], check=True)
+    assert not (root / "requeue").exists()
+    assert not list(root.rglob("secrets.json"))
