@@ -91,9 +91,11 @@ def prepare(request: LaunchRequest, *, requeues: bool = False) -> JobInput:
     if hazards:
         raise ManyUsageErrors(hazards)
     policy = policy_for(request, loaded, requeues)  # refused before anything is rented
-    if policy is not None and request.dry_run and not requeues:
+    if policy is not None and request.dry_run:
         events = ", ".join(policy.on)
-        say(f"dry run: once the job runs, a recovery controller would follow it (up to "
+        say(f"dry run: the scheduler requeues the job (up to {policy.max_restarts} restart(s)), "
+            "each attempt resuming from its newest complete checkpoint" if requeues else
+            f"dry run: once the job runs, a recovery controller would follow it (up to "
             f"{policy.max_restarts} restart(s) on {events})")  # fmt: skip
     if loaded.workdir is not None and not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")

@@ -23,6 +23,7 @@ from test_slurm_jobs import (
     env,
     gpujob,
     job_dir,
+    no_job_processes,
     sacct,
     slurm_id,
     spec_file,
@@ -114,6 +115,8 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_succeeded(
     assert row["state"] == "succeeded", row
     assert sacct(slurm_cluster, slurm_job) == ("COMPLETED", "0:0")
     assert (folder / "node-0" / "attempt-1" / "status.json").exists()
+    wait_until(lambda: no_job_processes(slurm_cluster, job_id), "no process of either attempt",
+               timeout=30)  # fmt: skip
     left = [p for p in folder.rglob("*") if p.name in ("secrets.json", "secrets.env")]
     assert not left and not (folder / "requeue").exists(), left
 
