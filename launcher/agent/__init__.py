@@ -39,6 +39,8 @@ METRICS_RECORD = "metrics.jsonl"
 """In the node's folder: the agent's record (metrics.py); `node-N.metrics.jsonl` when shipped."""
 RANK_MEMORY_SOURCE = Path(__file__).with_name("rank_memory.py")
 """The job's peak memory, per rank too: shipped beside the agent."""
+REQUEUE_SOURCE = Path(__file__).with_name("requeue.py")
+"""A SLURM job's requeue (`recovery:`): shipped beside the agent only for such a job."""
 LIFECYCLE_SOURCE = str(Path(__file__).with_name("lifecycle_hooks.py"))
 """The job's lifecycle hooks: shipped beside the agent only for a job with `hooks:`."""
 NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))

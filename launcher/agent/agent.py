@@ -159,6 +159,7 @@ def supervise(node_dir: Path, given: dict[str, dict[str, str]] | None = None) ->
         "supervisor_pid": os.getpid(),
         "supervisor_start": start_ticks(os.getpid()),
         "started_at": time.time(),
+        "slurm_restart": int(os.environ.get("SLURM_RESTART_COUNT") or 0),  # requeue.py
     }
     # Seen before a start that may take long (a `docker run` pulling): the supervisor is
     # alive from now on (autostop's busy check, status_of), still `starting` for `start`.

@@ -34,7 +34,7 @@ def launch(
     the placement and the start (a recovery's checkpoint pull)."""
     target.start_contact(request)  # the hosts contacted while the spec loads
     try:
-        job = prepare(request)
+        job = prepare(request, requeues=target.traits.requeues)
         if request.up:
             request = dataclasses.replace(request, up=gpus_to_rent(request.up, job.loaded),
                                           max_price=_max_price(request, job.loaded))  # fmt: skip
@@ -44,7 +44,7 @@ def launch(
             submission.close()
             return None
         started = target.submit(submission, before_start)
-        started.policy = job.policy
+        started.policy = None if target.traits.requeues else job.policy  # the script's own
         started.keep_s = keep_s(request, job) if target.traits.rents_hosts else None
         for line in record_served(started.job_id, job.loaded.spec, target.traits.on_this_machine):
             say(line)
@@ -53,9 +53,9 @@ def launch(
         target.close()
 
 
-def prepare(request: LaunchRequest) -> JobInput:
+def prepare(request: LaunchRequest, *, requeues: bool = False) -> JobInput:
     """The spec and what follows from it alone, every refusal before any host is contacted
-    for the job or rented."""
+    for the job or rented. `requeues`: the target's scheduler carries out `recovery:`."""
     from launcher.agent import (
         AGENT_MODULES,
         AGENT_SOURCE,
@@ -90,10 +90,12 @@ def prepare(request: LaunchRequest) -> JobInput:
         say(f"warning: {line}")
     if hazards:
         raise ManyUsageErrors(hazards)
-    policy = policy_for(request, loaded)  # refused before anything is rented
+    policy = policy_for(request, loaded, requeues)  # refused before anything is rented
     if policy is not None and request.dry_run:
         events = ", ".join(policy.on)
-        say(f"dry run: once the job runs, a recovery controller would follow it (up to "
+        say(f"dry run: the scheduler requeues the job (up to {policy.max_restarts} restart(s)), "
+            "each attempt resuming from its newest complete checkpoint" if requeues else
+            f"dry run: once the job runs, a recovery controller would follow it (up to "
             f"{policy.max_restarts} restart(s) on {events})")  # fmt: skip
     if loaded.workdir is not None and not loaded.workdir.is_dir():
         raise UsageError(f"{loaded.where('workdir')}: workdir: {loaded.workdir} is not a folder")
@@ -138,9 +140,10 @@ def keep_s(request: LaunchRequest, job: JobInput) -> float | None:
     return keep_window(request.keep_on_failure, job.loaded.spec.keep_on_failure)
 
 
-def policy_for(request: LaunchRequest, loaded: LoadedSpec) -> Policy | None:
+def policy_for(request: LaunchRequest, loaded: LoadedSpec, requeues: bool = False) -> Policy | None:
     """The job's recovery (`recovery:`, or `--recover` with its defaults), refused before
-    anything is rented where it cannot work; None without recovery."""
+    anything is rented where it cannot work; None without recovery. A scheduler that
+    requeues (`requeues`) needs neither a rental nor S3: its shared filesystem keeps them."""
     from launcher.spec.recovery import RecoverySpec
 
     spec = loaded.spec
@@ -148,6 +151,8 @@ def policy_for(request: LaunchRequest, loaded: LoadedSpec) -> Policy | None:
     if recovery is None:
         return None
     where = loaded.where("recovery") if spec.recovery else "--recover"
+    if requeues:
+        return Policy(max_restarts=recovery.max_restarts, on=tuple(recovery.on_events))
     if not spec.checkpoints.sync_to:
         raise UsageError(f"{where}: recovery needs checkpoints.sync_to: a job restarted on a "
                          "fresh host resumes from the checkpoints in S3",

@@ -22,7 +22,9 @@ from launcher.agent import AGENT_FILE
 from launcher.errors import UsageError
 from launcher.plan.build import CheckpointSync, Sources, build_plan
 from launcher.plan.model import NodeLayout, NodePlan, Plan, RunCommand, Step, WriteFile
+from launcher.plan.recovery import Policy
 from launcher.plan.render import Word, render_shell
+from launcher.plan.slurm_requeue import Requeue, requeue_of, requeue_option, requeue_steps
 from launcher.spec.image import ImageDefinition
 from launcher.spec.job import JobSpec
 
@@ -86,7 +88,9 @@ def sbatch_minutes(spec: JobSpec) -> int | None:
     return wanted + MARGIN_MIN if wanted is not None else None
 
 
-def directives(spec: JobSpec, cluster: SlurmCluster, job_id: str, job_dir: str) -> list[str]:
+def directives(
+    spec: JobSpec, cluster: SlurmCluster, job_id: str, job_dir: str, requeue: Requeue | None = None
+) -> list[str]:
     """The `#SBATCH` options, in the order shown."""
     options = [
         f"--job-name={spec.name}",
@@ -110,7 +114,7 @@ def directives(spec: JobSpec, cluster: SlurmCluster, job_id: str, job_dir: str) 
         f"--output={job_dir}/slurm-%j.out",
         "--open-mode=append",
         f"--signal=B:USR1@{WARN_S}",
-        "--no-requeue",
+        requeue_option(requeue),
         f"--chdir={job_dir}",
         f"--comment=gpujob:{job_id}",
     ]
@@ -181,10 +185,12 @@ def build_slurm_plan(
     python: str,
     image_ref: str | None = None,
     sync: CheckpointSync | None = None,
+    recovery: Policy | None = None,
 ) -> SlurmPlan:
     """`image_ref`: the job's image by name, run through the cluster's container tool when it
     has one (the node's python3 is then the image's); else the job environment is built on
-    the shared filesystem from the image's pins, as on an SSH host."""
+    the shared filesystem from the image's pins, as on an SSH host. `recovery`: SLURM
+    requeues the job, which resumes from its newest complete checkpoint (slurm_requeue.py)."""
     if cluster.container is not None and cluster.container not in CONTAINERS:
         raise UsageError(f"{cluster.where}: container: {cluster.container!r} is not one of "
                          f"{', '.join(CONTAINERS)}")  # fmt: skip
@@ -196,7 +202,8 @@ def build_slurm_plan(
                       sync, follow=False, secrets_on_stdin=False)  # fmt: skip
     job_dir = plan.nodes[0].job_dir
     script_path = f"{job_dir}/{SCRIPT}"
-    options = directives(spec, cluster, job_id, job_dir)
+    requeue = requeue_of(recovery, plan.derived["checkpoint_dir"])
+    options = directives(spec, cluster, job_id, job_dir, requeue)
     prefix = container_prefix(cluster, image_ref if in_container else None, cluster.shared)
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
     if spec.resources.cpus:  # srun does not inherit sbatch's --cpus-per-task (22.05 on)
@@ -214,7 +221,7 @@ def build_slurm_plan(
         options=[Word(option) for option in options],
         job_dir=job_dir, placeholders=[address_placeholder(r) for r in range(spec.nodes)],
         srun=[srun, [*prefix, "bash", f"{job_dir}/{NODE_STEP}"]],
-        python=target.agent_python, warn_s=WARN_S,
+        python=target.agent_python, warn_s=WARN_S, requeue=requeue,
     )  # fmt: skip
     nodes = []
     for node in plan.nodes:
@@ -224,6 +231,7 @@ def build_slurm_plan(
             steps += [
                 WriteFile(path=f"{job_dir}/{NODE_STEP}", content=node_step, mode=0o755),
                 WriteFile(path=script_path, content=script, mode=0o755),
+                *requeue_steps(requeue, job_dir),
             ]
         nodes.append(NodePlan(rank=node.rank, host=node.host, job_dir=node.job_dir,
                               node_dir=node.node_dir, steps=tuple(steps)))  # fmt: skip

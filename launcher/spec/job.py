@@ -333,14 +333,6 @@ class JobSpec(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _recovery_resumes(self) -> JobSpec:
-        """A restart on a fresh host resumes from S3 only: the lost host's disk is gone."""
-        if self.recovery is not None and not self.checkpoints.sync_to:
-            raise FieldError(("recovery",), "recovery needs checkpoints.sync_to: a job restarted "
-                             "on a fresh host resumes from the checkpoints in S3")  # fmt: skip
-        return self
-
-    @model_validator(mode="after")
     def _accelerate_has_gpus(self) -> JobSpec:
         """`accelerate launch --cpu` runs its simple launcher: N copies that never connect."""
         cpu = not self.resources.gpus_per_node

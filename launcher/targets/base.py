@@ -49,6 +49,9 @@ class Traits:
     """The Python the node's agent runs with: this one here, the host's python3 elsewhere."""
     follow_hint: str = "detached"
     """How `submit --detach` says the job was left (`queued` on a cluster)."""
+    requeues: bool = False
+    """`recovery:` is the scheduler's requeue (SLURM's `--requeue`), carried out by the job's
+    own script: no controller here, no rental, the checkpoints on its shared filesystem."""
     forwards_ports: bool = True
     """A node's port is reached over its host's own SSH connection (`port-forward`, `tb`);
     False where the node sits behind a login host (a cluster's compute node)."""

@@ -66,7 +66,7 @@ def test_cancelling_a_slurm_job_that_never_started_deletes_its_url_file(tmp_path
     import subprocess
 
     from launcher.plan.model import WriteFile
-    from launcher.targets.slurm.submit import SECRETS_RM
+    from launcher.targets.slurm.cancel import SECRETS_RM
 
     cluster = SlurmCluster(name="hpc", login="hpc", shared="/scratch/me", account="proj",
                            partition="gpu", where="hosts.yaml: hosts[0] (hpc)")  # fmt: skip

@@ -142,17 +142,24 @@ def test_renting_again_is_retried_a_bounded_number_of_times(made: int, delay: fl
     assert rent_delay_s(Policy(rent_tries=3), made, 2.0) == delay
 
 
-def test_the_spec_refuses_recovery_without_a_sync_target_naming_its_line(tmp_path) -> None:
+def test_recovery_without_a_sync_target_is_refused_naming_its_line(tmp_path) -> None:
+    """On rented hosts (a restart on a fresh host resumes from S3); SLURM's requeue resumes
+    from the cluster's shared filesystem and needs neither S3 nor a rental."""
     from launcher.errors import UsageError
+    from launcher.jobs.launch import policy_for
     from launcher.spec.load import load_job_spec
+    from launcher.targets.base import LaunchRequest
 
     (tmp_path / "w").mkdir()
     spec = tmp_path / "job.yaml"
     recovery = "recovery: {max_restarts: 2, on_events: [node_failure, host_lost]}\n"
     spec.write_text(f"name: t\nimage: host\nworkdir: w\nrun: {{entrypoint: t.py}}\n{recovery}")
+    loaded = load_job_spec(spec)
     with pytest.raises(UsageError) as refused:
-        load_job_spec(spec)
-    assert f"{spec}:5: recovery: recovery needs checkpoints.sync_to" in refused.value.message
+        policy_for(LaunchRequest(str(spec), up="a100"), loaded)
+    assert f"{spec}:5: recovery needs checkpoints.sync_to" in refused.value.message
+    requeued = policy_for(LaunchRequest(str(spec), on=("slurm:hpc",)), loaded, requeues=True)
+    assert requeued == Policy(max_restarts=2, on=("host_lost", "node_failure"))
     spec.write_text(spec.read_text() + "checkpoints: {sync_to: 'lab:runs/t'}\n")
     recovery = load_job_spec(spec).spec.recovery
     assert recovery is not None

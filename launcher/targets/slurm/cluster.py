@@ -28,6 +28,7 @@ from launcher.plan.slurm import STATE_WORDS, SlurmCluster, exit_code
 from launcher.remote.base import Connection, Result, Sink
 from launcher.remote.hosts import HostEntry, host_entry
 from launcher.state.job_states import JobState
+from launcher.targets.slurm.requeue import parse_requeue, superseded
 
 if TYPE_CHECKING:
     from launcher.remote.batch import Op, Outcome
@@ -111,6 +112,9 @@ class SlurmJobView:
     reason: str = ""
     code: int | None = None
     nodes: str = ""
+    restarts: int = 0
+    """SLURM's requeues of the job so far (`Restarts=`; requeue.py)."""
+    requeue: bool = False
     asked_at: float = field(default=-1e9)
     tail: list[str] = field(default_factory=list)
     """The last lines of slurm-<id>.out (`out_file`) once SLURM says the job ended: what
@@ -123,6 +127,7 @@ class SlurmJobView:
         result = self.login.run(["sh", "-c", STATE_SCRIPT, "sh", self.job_id, self.out_file])
         text, _, tail = result.stdout.partition(TAIL_MARK)
         self.state, self.reason, self.code, self.nodes = parse_state(text)
+        self.restarts, self.requeue = parse_requeue(text)
         if self.state in STATE_WORDS:
             self.tail = [line for line in tail.splitlines() if line.strip()]
 
@@ -157,7 +162,9 @@ def node_status(agent: dict[str, Any], view: SlurmJobView) -> dict[str, Any]:
     SLURM's while the job waits, and where the node ended without recording it."""
     state = agent.get("state")
     if state in STATE_WORDS.values() or state == JobState.LOST:
-        return agent
+        if not superseded(agent, view):
+            return agent
+        agent, state = {}, None  # the last attempt's end: SLURM's word until the next starts
     slurm = view.state
     shown = {**agent, "slurm_state": slurm, "slurm_reason": view.reason}
     started = (JobState.STARTING, JobState.RUNNING)

@@ -10,7 +10,6 @@ environment there if it is new, asks `sbatch --test-only` and queues with `sbatc
 from __future__ import annotations
 
 import re
-import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -133,7 +132,7 @@ def slurm_dryrun(
             if not described.ok:
                 raise GpujobError(
                     f"cluster {cluster.name}: sinfo/scontrol failed on the login host "
-                    f"{login.address}: {_last(described)}",
+                    f"{login.address}: {last_said(described)}",
                     "check that the SLURM client commands work there: `gpujob ssh` it",
                 )
             sinfo, partitions, rest = [*described.stdout.split("@@\n"), "", ""][:3]
@@ -151,7 +150,8 @@ def slurm_dryrun(
         placeholder = _Target(cluster)
         sync = preflight(loaded, placeholder, image, say, job.job_id)
         planned = build_slurm_plan(spec, cluster, job.job_id, job.secrets, image, job.sources,
-                                   python=python, image_ref=ref, sync=sync)  # fmt: skip
+                                   python=python, image_ref=ref, sync=sync,
+                                   recovery=job.policy)  # fmt: skip
     except BaseException:
         if conn is not None:
             conn.close()
@@ -249,7 +249,7 @@ def queue(submission: SlurmSubmission) -> Started:
                           Run(planned.test_only)])  # fmt: skip
     if len(checked.runs) != 1 or not checked.runs[0].ok:
         _remove_job_dir(conn, planned)
-        said = _last(checked.runs[0]) if checked.runs else "the script could not be written"
+        said = last_said(checked.runs[0]) if checked.runs else "the script could not be written"
         if UNREACHABLE.search(said):
             raise GpujobError(f"cluster {planned.cluster.name} unreachable: {said}",
                               "its controller does not answer; try again later")  # fmt: skip
@@ -281,7 +281,7 @@ def queue(submission: SlurmSubmission) -> Started:
         for command, result in zip(commands, runs, strict=False):
             require_prepared(plan.nodes[0], command, result, say)
         if len(runs) < len(commands) + 1 or not runs[-1].ok:
-            said = _last(runs[-1]) if runs else "nothing ran"
+            said = last_said(runs[-1]) if runs else "nothing ran"
             raise GpujobError(f"cluster {planned.cluster.name}: sbatch failed: {said}")
     except BaseException:
         _remove_job_dir(conn, planned)
@@ -314,7 +314,7 @@ def _remove_job_dir(conn: Any, planned: SlurmPlan) -> None:
         say(f"could not remove {planned.job_dir} on the login host: {err}")
 
 
-def _last(result: Any) -> str:
+def last_said(result: Any) -> str:
     lines = (result.stderr or result.stdout).strip().splitlines()
     return lines[-1] if lines else f"exit {result.exit_code}"
 
@@ -334,6 +334,7 @@ def slurm_statuses(job: JobRecord, login: Connection) -> list[NodeStatus] | None
 
     from launcher.runtime.agent import agent_argv
     from launcher.targets.slurm.cluster import node_status
+    from launcher.targets.slurm.requeue import attempt_note
 
     try:
         view = slurm_view(job, login)
@@ -344,68 +345,11 @@ def slurm_statuses(job: JobRecord, login: Connection) -> list[NodeStatus] | None
             agent = json.loads(result.stdout) if result.ok else {"state": "unknown"}
             status = node_status(agent, view)
             if view.state:
-                status["slurm"] = f"SLURM job {view.job_id} {view.state} ({view.reason})"
+                status["slurm"] = (f"SLURM job {view.job_id} {view.state} ({view.reason})"
+                                   f"{attempt_note(view)}")  # fmt: skip
             if status.get("state") == "pending":
                 status["last_line"] = status.get("reason")
             statuses.append(status)  # type: ignore[arg-type]
         return statuses
     except (GpujobError, ValueError, OSError):
         return None
-
-
-def cancel_line(job: JobRecord, grace_s: float) -> str:
-    """What `cancel` runs on the login host, as its dry run prints it."""
-    from launcher.targets.slurm.cluster import scancel_argv
-
-    job_dir = job.node_dirs[0].rsplit("/", 1)[0]
-    return (f"on the login host: echo {max(0, int(grace_s))} > {shlex.quote(job_dir)}/"
-            f"cancel-grace; {shlex.join(scancel_argv(job.scheduler_job or ''))}")  # fmt: skip
-
-
-def slurm_cancel(job: JobRecord, grace_s: float, login: Connection) -> str:
-    """`scancel`: SLURM sends every node's step SIGTERM, which the node step passes to its
-    agent with the grace asked for (`cancel-grace` in the job folder), at most SLURM's
-    KillWait less 2 s (SIGKILL follows it); waits, bounded, for the job to leave the queue
-    and records how it really ended (it may have completed meanwhile). Secrets of nodes
-    that never started are removed. Returns the line that says how it ended."""
-    from launcher.targets.slurm.cluster import STATE_WORDS, scancel_argv
-
-    argv = scancel_argv(job.scheduler_job or "")
-    job_dir = job.node_dirs[0].rsplit("/", 1)[0]
-    grace = f"{max(0, int(grace_s))}"
-    login.run(["sh", "-c", 'echo "$2" > "$1/cancel-grace"', "sh", job_dir, grace])
-    result = login.run(argv)
-    view = slurm_view(job, login)
-    deadline = time.monotonic() + 120
-    while True:
-        view.asked_at = -1e9
-        view.refresh()
-        if view.state not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SUSPENDED"):
-            break
-        if time.monotonic() > deadline:
-            raise GpujobError(
-                f"job {job.id}: SLURM job {job.scheduler_job} is still {view.state} 120 s "
-                "after scancel",
-                f"look at it with: gpujob status {job.id}; cancel again",
-            )
-        time.sleep(0.5)
-    login.run(["sh", "-c", SECRETS_RM, "sh", job_dir])
-    ended = STATE_WORDS.get(view.state, "cancelled" if not view.state else "")
-    if not result.ok and not ended:
-        raise GpujobError(f"scancel {job.scheduler_job} failed: {_last(result)}")
-    if ended and ended != "cancelled":  # it ended on its own before scancel reached it
-        code = view.code if view.code is not None else (0 if ended == "succeeded" else 1)
-        StateDB().update_job(job.id, ended, exit_code=code)
-        return (f"job {job.id} had already ended: SLURM job {job.scheduler_job} {view.state} "
-                f"(exit code {code}); nothing to cancel")  # fmt: skip
-    StateDB().update_job(job.id, JobState.CANCELLED, exit_code=143)
-    return (f"job {job.id} cancelled (SLURM job {job.scheduler_job}: {view.state or 'gone'}; "
-            f"grace {grace} s, at most SLURM's KillWait)")  # fmt: skip
-
-
-SECRETS_RM = (
-    'rm -f -- "$1"/node-*/secrets.json "$1"/node-*/secrets.env '
-    '"$1"/node-*/storage.json "$1"/node-*/notify.json'
-)
-"""What a node's agent deletes once its job started: left only by nodes that never did
-(notify.json: the webhooks' URLs, node 0's)."""

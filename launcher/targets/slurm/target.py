@@ -30,7 +30,7 @@ class SlurmTarget:
     traits = Traits(on_this_machine=False, rents_hosts=False, runs_in_image=False,
                     stops_others_on_failure=False, recoverable=False,
                     agent_python="python3", follow_hint="queued",
-                    forwards_ports=False)  # fmt: skip
+                    forwards_ports=False, requeues=True)  # fmt: skip
 
     def __init__(self) -> None:
         self.early: EarlyCluster | None = None
@@ -104,12 +104,12 @@ class SlurmTarget:
         return [HostEntry.from_record(record).name for record in job.hosts]
 
     def cancel_lines(self, job: JobRecord, grace_s: float) -> list[str]:
-        from launcher.targets.slurm.submit import cancel_line
+        from launcher.targets.slurm.cancel import cancel_line
 
         return [cancel_line(job, grace_s)]
 
     def cancel(self, job: JobRecord, grace_s: float) -> Cancelled:
-        from launcher.targets.slurm.submit import slurm_cancel
+        from launcher.targets.slurm.cancel import slurm_cancel
 
         login = self._login(job, None)
         try:
