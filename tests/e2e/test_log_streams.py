@@ -110,13 +110,20 @@ def test_a_100mb_progress_line_streams_into_a_pipe_as_read_in_bounded_memory(
     assert stat.S_IMODE((job / "node-0" / "job.log").stat().st_mode) in (0o644, 0o600)
 
 
+def hang_up_heard() -> None:
+    """SIGHUP back to its default in the follower: a suite run under `nohup` (or any parent
+    that ignores it) passes SIG_IGN down, which gpujob keeps, as it must under nohup."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def test_nohup_follows_through_a_hang_up_and_signals_exit_128_plus_their_number(
     tmp_path: Path, state: dict[str, str]
 ) -> None:
     job = start(tmp_path, state, "ticks", TICKS)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         follow = subprocess.Popen([GPUJOB, "logs", "ticks", "-f"], env=state,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  preexec_fn=hang_up_heard)  # fmt: skip
         assert follow.stdout is not None
         while not follow.stdout.readline().startswith(b"tick "):  # after gpujob's own line
             pass
