@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import KEY_ID, SECRET
+from conftest import KEY_ID, SECRET, s3_keys, wait_until
 from test_quickstart_sync import gpujob, s3_object
 
 pytestmark = pytest.mark.e2e
@@ -139,7 +139,6 @@ run:
 def test_a_writable_mount_is_uploaded_on_each_checkpoint_while_the_job_runs(
     remote, tmp_path: Path
 ) -> None:
-    from conftest import s3_keys, wait_until
 
     (tmp_path / "job.yaml").write_text(CHECKPOINTING.format(bucket=remote["bucket"]))
     env = aws_env(remote, tmp_path)

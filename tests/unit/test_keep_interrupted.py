@@ -27,6 +27,13 @@ keep_failed(job, 1800, say, 0)
 """
 
 
+def interrupt_heard() -> None:
+    """SIGINT back to its default in the child, so Python raises KeyboardInterrupt on it: a
+    suite started in the background (`make test &`) passes SIG_IGN down, and Python keeps an
+    ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_ctrl_c_while_the_keep_is_armed_says_the_hosts_stay_and_how_to_end_them(
     tmp_path: Path,
 ) -> None:
@@ -37,7 +44,7 @@ def test_a_ctrl_c_while_the_keep_is_armed_says_the_hosts_stay_and_how_to_end_the
     env = dict(os.environ, GPUJOB_STATE_DIR=str(tmp_path / "state"))
     arming = subprocess.Popen([sys.executable, "-c", ARM, str(silent.getsockname()[1])],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)  # fmt: skip
+                              text=True, preexec_fn=interrupt_heard)  # fmt: skip
     try:
         contact, _ = silent.accept()  # the arm's SSH handshake has begun
         arming.send_signal(signal.SIGINT)
