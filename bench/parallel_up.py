@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GPUJOB = str(REPO / ".venv" / "bin" / "gpujob")
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))  # the venv running the bench
 
 
 def timed(env: dict[str, str], *args: str) -> float:

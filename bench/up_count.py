@@ -25,18 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from parallel_up import timed  # a sibling: `python bench/up_count.py` puts bench/ first
+
 REPO = Path(__file__).resolve().parents[1]
 GPUJOB = str(Path(sys.executable).with_name("gpujob"))  # the venv running the bench
 GPU = {"lambda": "a100", "vast": "rtx4090"}
-
-
-def timed(env: dict[str, str], *args: str) -> float:
-    start = time.monotonic()
-    done = subprocess.run([GPUJOB, *args], env=env, capture_output=True, text=True)
-    took = time.monotonic() - start
-    if done.returncode != 0:
-        sys.exit(f"gpujob {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return took
 
 
 def main() -> None:
