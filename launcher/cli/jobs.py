@@ -11,7 +11,29 @@ import click
 SET_HELP = "Override a spec field, e.g. --set run.nproc_per_node=4 or --set profile=gpu."
 
 
-@click.command()
+class _SubmitCommand(click.Command):
+    """`submit --up task.yaml`: `--up` takes an optional GPU, and click takes whatever
+    follows it; a job file there is the SPEC, with `--up` alone (the spec's GPU)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = list(args)
+        for at, arg in enumerate(args[:-1]):
+            if arg == "--":
+                break
+            if arg == "--up" and _is_job_file(args[at + 1]):
+                args[at] = "--up=spec"
+                break
+        return super().parse_args(ctx, args)
+
+
+def _is_job_file(arg: str) -> bool:
+    """A YAML file's name, or a file that exists: never a GPU (`a100`, `h100:8`)."""
+    import os
+
+    return arg.lower().endswith((".yaml", ".yml")) or os.path.isfile(arg)
+
+
+@click.command(cls=_SubmitCommand)
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--dry-run", is_flag=True, help="Print every file and command; change nothing.")

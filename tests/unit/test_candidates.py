@@ -122,3 +122,20 @@ def test_a_gpujob_spec_with_candidates_is_planned_for_the_one_rented(
     assert rented.exit_code == 0, rented.stderr
     assert "renting L4:1 on vast at $0.28/h per host, the cheapest offer" in rented.stderr
     assert "SKYPILOT_NUM_GPUS_PER_NODE=1" in rented.stdout.replace("export ", "")
+
+
+def test_up_alone_before_the_job_file_takes_the_file_as_the_spec(
+    tmp_path: Path, gpujob: Callable, clouds: None
+) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: n\nimage: host\nresources:\n  accelerators: L4:1\n"
+                    "run:\n  entrypoint: train.py\n")  # fmt: skip
+    before = gpujob("submit", "--up", str(spec), "--dry-run", "--job-id", "j1")
+    after = gpujob("submit", str(spec), "--up", "--dry-run", "--job-id", "j1")
+    assert before.exit_code == 0, before.stderr
+    assert "renting L4:1 on vast" in before.stderr
+    assert before.stdout == after.stdout and before.stderr == after.stderr
+    named = gpujob("submit", "--up", "a100", str(spec), "--dry-run")  # a GPU stays a GPU
+    assert named.exit_code == 0, named.stderr
+    assert "L4" not in named.stderr.split("renting", 1)[-1].split("\n", 1)[0]
