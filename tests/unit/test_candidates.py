@@ -107,14 +107,19 @@ def test_submit_up_alone_with_no_candidate_servable(
     assert "A100:1: lambda: no offer for a100:1 under $0.20/h" in line
 
 
+def gpujob_spec(tmp_path: Path, resources: str) -> Path:
+    """A gpujob spec (not a SkyPilot task) with these `resources:` lines."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: n\nimage: host\nresources:\n{resources}run:\n  entrypoint: train.py\n")
+    return spec
+
+
 def test_a_gpujob_spec_with_candidates_is_planned_for_the_one_rented(
     tmp_path: Path, gpujob: Callable, clouds: None
 ) -> None:
-    (tmp_path / "train.py").write_text("print('hi')\n")
-    spec = tmp_path / "job.yaml"
-    spec.write_text("name: n\nimage: host\nresources:\n  candidates:\n    choose: cheapest\n"
-                    "    of:\n      - accelerators: A100:8\n      - accelerators: L4:1\n"
-                    "run:\n  entrypoint: train.py\n")  # fmt: skip
+    spec = gpujob_spec(tmp_path, "  candidates:\n    choose: cheapest\n    of:\n"
+                       "      - accelerators: A100:8\n      - accelerators: L4:1\n")  # fmt: skip
     here = gpujob("submit", str(spec), "--dry-run")
     assert "the job is planned for A100:8; nothing is rented here" in here.stderr
     assert "SKYPILOT_NUM_GPUS_PER_NODE=8" in here.stdout.replace("export ", "")
@@ -127,10 +132,7 @@ def test_a_gpujob_spec_with_candidates_is_planned_for_the_one_rented(
 def test_up_alone_before_the_job_file_takes_the_file_as_the_spec(
     tmp_path: Path, gpujob: Callable, clouds: None
 ) -> None:
-    (tmp_path / "train.py").write_text("print('hi')\n")
-    spec = tmp_path / "job.yaml"
-    spec.write_text("name: n\nimage: host\nresources:\n  accelerators: L4:1\n"
-                    "run:\n  entrypoint: train.py\n")  # fmt: skip
+    spec = gpujob_spec(tmp_path, "  accelerators: L4:1\n")
     before = gpujob("submit", "--up", str(spec), "--dry-run", "--job-id", "j1")
     after = gpujob("submit", str(spec), "--up", "--dry-run", "--job-id", "j1")
     assert before.exit_code == 0, before.stderr
