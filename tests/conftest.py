@@ -16,8 +16,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 RAY_LOCK = Path("/tmp/gpujob-ray.lock")
 os.environ.setdefault("GPUJOB_LAMBDA_LAUNCH_INTERVAL_S", "0")
-"""Lambda's 12 s between launches (clouds.lambda_cloud) is for Lambda: the fakes' limiters
-are off unless a test turns them on, and that test sets the interval it needs."""
+os.environ.setdefault("GPUJOB_VAST_CREATE_INTERVAL_S", "0")
+"""Lambda's 12 s between launches and Vast's 4.5 s between creates (clouds.spacing) are for
+the clouds: the fakes' limiters are off unless a test turns them on, and that test sets the
+interval it needs."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ from launcher.state.owner import owner
 from launcher.state.owner import owner_in_name as owner_in_name
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from launcher.clouds.fleet import OfferBook
     from launcher.state.hosts import HostsDB
 
 
@@ -248,12 +251,18 @@ def poll_interval() -> float:
     return float(os.environ.get("GPUJOB_POLL_S", "2.0"))
 
 
-def poll_until_running(provider: Provider, instance_id: str, timeout: float) -> Instance:
-    """`describe` until running with an address; a failed or vanished instance ends it early,
-    because neither turns into `running` on its own (both references say so)."""
+def poll_until_running(
+    provider: Provider,
+    instance_id: str,
+    timeout: float,
+    read: Callable[[str], Instance] | None = None,
+) -> Instance:
+    """`describe` (or `read`: many waiters sharing one list call, launcher.clouds.fleet)
+    until running with an address; a failed or vanished instance ends it early, because
+    neither turns into `running` on its own (both references say so)."""
     deadline = time.monotonic() + timeout
     while True:
-        inst = provider.describe(instance_id)
+        inst = (read or provider.describe)(instance_id)
         if inst.status == "running" and inst.ip and inst.ssh_port:
             return inst
         if inst.status in ("failed", "terminating", "terminated"):
@@ -279,20 +288,29 @@ def launch_cheapest(
     name: str,
     ssh_public_key: str,
     image: str | None = None,
+    book: OfferBook | None = None,
 ) -> Instance:
     """The cheapest offer that really launches. Capacity is raced and Vast's offers churn,
     so after each refusal the offers are read again (skipping those tried), never trusted
-    from one search; bounded, so a sold-out market ends in a clear error."""
+    from one search; bounded, so a sold-out market ends in a clear error. `book`: the search
+    shared by the launches of one `up --count N` (launcher.clouds.fleet)."""
     tried: dict[str, str] = {}
     while len(tried) < MAX_OFFERS_TRIED:
-        fresh = [o for o in provider.offers(request) if o.raw_id not in tried]
+        offers = book.offers() if book is not None else provider.offers(request)
+        fresh = [o for o in offers if o.raw_id not in tried]
         if not fresh:
             break
         offer = fresh[0]
         try:
-            return provider.launch(offer, name, ssh_public_key, image)
+            inst = provider.launch(offer, name, ssh_public_key, image)
         except CapacityError as refused:
             tried[offer.raw_id] = refused.message
+            if book is not None:
+                book.refused()
+            continue
+        if book is not None:
+            book.took(offer)
+        return inst
     if not tried:
         raise no_offers(provider.name, request)
     raise ProviderError(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +27,9 @@ from launcher.clouds.base import (
     ProviderError,
     host_api_url,
     owner_in_name,
-    pause,
     poll_until_running,
 )
+from launcher.clouds.spacing import Spacing
 from launcher.errors import UsageError
 
 if TYPE_CHECKING:
@@ -51,9 +50,8 @@ OWNER_TAG, USER_TAG = "gpujob-owner", "gpujob-user"  # keys ^[a-z][a-z0-9-:]+$, 
 LAUNCH_INTERVAL_S = 12.0
 """Lambda takes one launch per 12 s (OpenAPI 1.10 `info.description`). A launch takes one
 instance: 1.10 has no `quantity` and Lambda refused values above 1 (reference §2.2), so
-`up --count N` makes N calls, spaced by `_pace` instead of answered 429 and retried."""
-_LAUNCHES = threading.Lock()
-_last_launch = [0.0]
+`up --count N` makes N calls, spaced (launcher.clouds.spacing) instead of answered 429."""
+LAUNCHES = Spacing("GPUJOB_LAMBDA_LAUNCH_INTERVAL_S", LAUNCH_INTERVAL_S)
 
 
 def _describe_error(reply: Any) -> str:
@@ -226,13 +224,9 @@ class LambdaCloud:
         if self.rulesets is not None and (rulesets := self.rulesets.for_launch(region)):
             body["firewall_rulesets"] = rulesets
         try:
-            with _LAUNCHES:  # one launch at a time, the last one LAUNCH_INTERVAL_S ago
-                _pace()
-                try:
-                    data = self._data("POST", "/instance-operations/launch", dict, json=body,
-                                      creates=True)  # fmt: skip
-                finally:
-                    _last_launch[0] = time.monotonic()
+            with LAUNCHES.turn():  # one launch at a time, the last one LAUNCH_INTERVAL_S ago
+                data = self._data("POST", "/instance-operations/launch", dict, json=body,
+                                  creates=True)  # fmt: skip
         except ProviderError as error:
             if any(code in error.message for code in CAPACITY_CODES):
                 raise CapacityError(error.message) from None
@@ -351,12 +345,3 @@ class LambdaCloud:
             return HostLoss("host_lost", f"{where} was terminated (status {status})")
         unknown = f"{where} is in a state gpujob does not know (status {status})"
         return HostLoss("host_lost", unknown)
-
-
-def _pace() -> None:
-    """Wait out Lambda's launch interval since this process's last launch call (the
-    interval from GPUJOB_LAMBDA_LAUNCH_INTERVAL_S in tests, whose fake runs it faster)."""
-    interval = float(os.environ.get("GPUJOB_LAMBDA_LAUNCH_INTERVAL_S", LAUNCH_INTERVAL_S))
-    wait = _last_launch[0] + interval - time.monotonic()
-    if _last_launch[0] and wait > 0:
-        pause(wait)

@@ -30,6 +30,7 @@ from launcher.clouds.base import (
     owner_in_name,
     poll_until_running,
 )
+from launcher.clouds.spacing import Spacing
 from launcher.clouds.vast_keys import VastKeys
 from launcher.clouds.vast_overlay import VastOverlays
 from launcher.clouds.vast_ports import VastPorts, public_ports
@@ -53,6 +54,9 @@ MIN_RELIABILITY = 0.95
 MIN_CUDA = 12.1
 MIN_DISK_GB = 20
 GONE_CODES = ("no_such_ask",)
+CREATES = Spacing("GPUJOB_VAST_CREATE_INTERVAL_S", 4.5)
+"""Vast takes one create per 4.5 s a key (its OAS `x-rate-limit`): `up --count N` spaces
+them rather than collect 429s."""
 BOOTING = {None, "loading", "created", "restarting", "rebooting", "scheduling"}
 FAILED = {"exited", "unknown", "offline", "stopped", "frozen"}
 GONE = {"offline", "unknown"}
@@ -77,6 +81,7 @@ def _describe_error(reply: Any) -> str:
 
 class Vast(VastKeys, VastOverlays, VastVolumes, VastPorts):
     name = "vast"
+    single_use_offers = True  # an offer is one machine: rented, it is gone (launcher.clouds.fleet)
     runtime = "bare"  # the instance is a container: no Docker inside
     runs_in_image = True  # ... of the job's image, named at launch: the job runs in it as it is
     ssh_user = "root"
@@ -187,7 +192,8 @@ class Vast(VastKeys, VastOverlays, VastVolumes, VastPorts):
         if volume is not None:
             body["volume_info"] = volume
         try:
-            reply = self.api.call("PUT", f"/asks/{offer.raw_id}/", json=body, creates=True)
+            with CREATES.turn():
+                reply = self.api.call("PUT", f"/asks/{offer.raw_id}/", json=body, creates=True)
         except ProviderError as error:
             if any(code in error.message for code in GONE_CODES):
                 raise CapacityError(error.message) from None

@@ -48,7 +48,8 @@ def _up(options: UpOptions, rent: Rent) -> int:
         click.confirm(f"launch {options.count} x {offers[0].instance_type} at "
                       f"${offers[0].price_per_hour:.2f}/h each{bid_words(offers[0])}?",
                       abort=True, err=True)  # fmt: skip
-    made = launch_all(provider, request, options, public_key(), db, rent, share)
+    fresh = offers if options.yes else None  # a confirmation may have taken minutes
+    made = launch_all(provider, request, options, public_key(), db, rent, share, fresh)
     for inst in made:
         click.echo(f"{inst.name}\t{inst.provider}\t{inst.id}\t{inst.ssh_user}@{inst.ip}:"
                    f"{inst.ssh_port}\t${inst.price_per_hour or 0:.2f}/h")  # fmt: skip

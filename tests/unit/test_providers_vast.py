@@ -43,7 +43,8 @@ def test_a_taken_offer_moves_to_the_next(env: RunningFake, gpujob: Callable) -> 
     asks = [(c["path"], c["status"]) for c in calls(env, "create_instance")]
     assert [status for _, status in asks] == [404, 200]
     assert asks[0][0] != asks[1][0]
-    assert len(calls(env, "search_offers")) == 3  # table, purchase, again after the refusal
+    # the table's search, bought from at once (up --yes); read again after the refusal
+    assert len(calls(env, "search_offers")) == 2
     assert gpujob("down", "--all").exit_code == 0
     assert vast_instances(env) == []
 

@@ -33,7 +33,9 @@ from launcher.clouds.base import (
     launch_cheapest,
     no_offers,
     parse_gpu_request,
+    poll_until_running,
 )
+from launcher.clouds.fleet import OfferBook, StatusBoard
 from launcher.errors import UsageError
 from launcher.remote.keys import public_key
 from launcher.state.hosts import HostsDB
@@ -132,7 +134,7 @@ def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
     """`up` for `submit --up`, inside its `rent.renting()` (`rent`): the offers are shown,
     nothing is asked (the submit is the request) and the running hosts are returned, still
     the rent's until the job starts; a dry run launches none (and has no rent)."""
-    provider, request, _, db, share = offers_for(options)
+    provider, request, offers, db, share = offers_for(options)
     if options.dry_run:
         plan = getattr(provider, "peers_plan", None)  # a cloud whose firewall needs opening
         if plan is not None and options.peers is not None:
@@ -146,7 +148,7 @@ def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
     publish = getattr(provider, "publish_ports", None)
     if publish is not None:  # none: an earlier launch's are not this one's
         publish(options.ports)
-    return launch_all(provider, request, options, public_key(), db, rent, share)
+    return launch_all(provider, request, options, public_key(), db, rent, share, offers)
 
 
 def offers_for(
@@ -222,10 +224,12 @@ def _check_filesystem_name(name: str | None) -> None:
 
 
 def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key: str,
-                db: HostsDB, rent: Rent, share: float | None = None) -> list[Instance]:  # fmt: skip
-    """Launch `count` hosts, one purchase at a time (Vast: search again after each; Lambda:
-    one launch per 12 s), and wait for them together. All or nothing: at the first failure
-    or signal `rent` terminates what was launched, then the workers stop at their next wait.
+                db: HostsDB, rent: Rent, share: float | None = None,
+                offers: list[Offer] | None = None) -> list[Instance]:  # fmt: skip
+    """Launch `count` hosts, one purchase at a time (Lambda: one launch per 12 s), from one
+    search shared by the launches (`offers`: the one just shown; read again after a
+    refusal), and wait for them together. All or nothing: at the first failure or signal
+    `rent` terminates what was launched, then the workers stop at their next wait.
     `share`: each host's share of the budget, recorded for `status`."""
     from concurrent.futures import FIRST_EXCEPTION, Future, wait
 
@@ -261,14 +265,18 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
 
         def buy() -> Instance:
             show(f"{name}: launching on {provider.name}", task)
-            return launch_cheapest(provider, request, name, key, options.instance_image)
+            return launch_cheapest(provider, request, name, key, options.instance_image, book)
 
         if share is not None:
             db.set_budget(name, share)
         with buying:
             inst = rent.launch(name, request.label, buy)
         show(f"{name}: {provider.name} {inst.id} booting", task)
-        inst = provider.wait_until_running(inst.id, max(1.0, deadline - time.monotonic()))
+        left = max(1.0, deadline - time.monotonic())
+        if board is None:
+            inst = provider.wait_until_running(inst.id, left)
+        else:  # one list call a poll for all of them (launcher.clouds.fleet)
+            inst = poll_until_running(provider, inst.id, left, board.read)
         rent.update(name, inst, "booting")
         show(f"{name}: waiting for SSH on {inst.ip}:{inst.ssh_port}", task)
         wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
@@ -285,12 +293,14 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
         show(f"{name}: ready at {inst.ip}:{inst.ssh_port}", task)
         return inst
 
+    board = StatusBoard(provider) if options.count > 1 else None
     pool = ThreadPoolExecutor(options.count)
     futures: list[Future[Instance]] = []
     try:
         group = getattr(provider, "group", None)  # nodes on one network (Vast: an overlay)
         if group is not None and options.one_network:
-            request = group(request, options.count)
+            request, offers = group(request, options.count), None  # one cluster's offers
+        book = OfferBook(provider, request, getattr(provider, "single_use_offers", False), offers)
         with progress:
             futures = [pool.submit(one, name) for name in names]
             wait(futures, return_when=FIRST_EXCEPTION)
