@@ -42,8 +42,10 @@ STATUS = "status.json"
 MARKER = "GPUJOB_AGENT_NODE"
 """Set by the supervisor, to the node folder, in the environment of the job's processes:
 found by it wherever they sit (agent_os.marked), one node's apart from another's."""
-START_WAIT_S = 30
-"""How long a start may take before a node with no live supervisor counts as lost."""
+START_WAIT_S = float(os.environ.get("GPUJOB_AGENT_START_WAIT_S") or 30)
+"""How long a start may take before a node with no live supervisor counts as lost; a cancel
+waits twice that for a start under way to have a job to stop. `GPUJOB_AGENT_START_WAIT_S`
+in the agent's environment sets it (the lab tests, which wait these windows out)."""
 NEVER_STARTED_REASON = "never started: its start did not reach the agent in its window"
 DYING_WAIT_S = 5
 """How long processes sent SIGKILL may take to be gone before a cancel says they are not."""

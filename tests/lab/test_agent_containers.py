@@ -29,9 +29,9 @@ def docker(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
                           env=None if env is None else dict(os.environ, **env))  # fmt: skip
 
 
-def agent(*args: str) -> tuple[int, dict]:
+def agent(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
     done = subprocess.run([sys.executable, str(AGENT), *args], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+                          timeout=120, check=False, env=env)  # fmt: skip
     return done.returncode, json.loads(done.stdout.splitlines()[-1])
 
 
@@ -125,17 +125,21 @@ def test_a_cancel_during_a_long_docker_run_stops_the_container(
     node_dir = tmp_path / "node-0"
     node_dir.mkdir()
     run = f"docker run --detach --name {name} --network none {base_image.TAG} sleep 600"
+    # the cancel waits twice the agent's start window for the start to have a job to stop
+    # (30 s by default, 3 s here); the start returns some 10 s after that wait is over
+    wait_s = 3
+    env = dict(os.environ, GPUJOB_AGENT_START_WAIT_S=str(wait_s))
     config = {"runtime": "docker", "container": name, "log": "job.log", "grace_s": 1,
-              "argv": ["sh", "-c", f"{run} && sleep 65"]}  # fmt: skip
+              "argv": ["sh", "-c", f"{run} && sleep {2 * wait_s + 10}"]}  # fmt: skip
     (node_dir / "job.json").write_text(json.dumps(config))
-    start = subprocess.Popen([sys.executable, str(AGENT), "start", str(node_dir)],
+    start = subprocess.Popen([sys.executable, str(AGENT), "start", str(node_dir)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     request.addfinalizer(start.wait)
     deadline = time.monotonic() + 30
     while docker("inspect", name).returncode != 0 and time.monotonic() < deadline:
         time.sleep(0.2)
 
-    code, said = agent("cancel", str(node_dir), "1")
+    code, said = agent("cancel", str(node_dir), "1", env=env)
     assert code == 0 and said["state"] == "cancelled", said
     assert docker("inspect", name).returncode != 0  # stopped, then removed at the end
     assert "cancel: docker stop" in (node_dir / "job.log").read_text()
