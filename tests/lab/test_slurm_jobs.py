@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labtools import read_some, wait_until
+from labtools import point_pip_at, read_some, wait_until
 from slurmlab import login_ssh
 
 pytestmark = pytest.mark.lab
@@ -36,9 +36,7 @@ def cluster_files(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> It
     from infra.lab import boot, job_image, state, user_key
 
     house = _wheelhouse(job_image, state.lab_dir() / "wheelhouse" / "lab-cpu")
-    pip_conf = boot.host_dir(slurm_cluster.login.name) / "root" / ".config" / "pip" / "pip.conf"
-    pip_conf.parent.mkdir(parents=True, exist_ok=True)
-    pip_conf.write_text(f"[global]\nno-index = true\nfind-links = {house / 'wheels'}\n")
+    point_pip_at(boot.host_dir(slurm_cluster.login.name) / "root", house / "wheels")
     login = (f"type: slurm, address: {slurm_cluster.login.address}, user: root, "
              f"key: {user_key()}, shared: {slurm_cluster.shared}")  # fmt: skip
     folder = tmp_path_factory.mktemp("slurm")

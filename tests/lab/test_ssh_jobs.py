@@ -4,8 +4,8 @@ The host runs the job bare, in an environment gpujob itself builds there from
 images/lab-cpu.yaml with the host's python3 (`python3 -m venv` + `pip install -r`), as on any
 SSH host. The only help the host gets is a pip.conf on its own disk pointing pip at the lab's
 wheelhouse (`pip download` of the same pins, made once on this machine), the way a real
-host is pointed at a mirror; the first job of a session builds the environment (about 50 s),
-the later ones find it ready.
+host is pointed at a mirror, with no byte-compiling (labtools.point_pip_at); the first job of
+a session builds the environment (about 15 s), the later ones find it ready.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from labtools import LONG_JOB, SSHHost, follow_through_cuts, with_lab_s3
+from labtools import LONG_JOB, SSHHost, follow_through_cuts, point_pip_at, with_lab_s3
 
 from launcher.agent.agent_os import alive, descendants
 
@@ -56,9 +56,7 @@ def ssh_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHost]:
     house = _wheelhouse(job_image, state.lab_dir() / "wheelhouse" / "lab-cpu")
     try:
         host = infra.lab.create_host(HOST)
-        pip_conf = SSHHost(host, Path()).root / ".config" / "pip" / "pip.conf"
-        pip_conf.parent.mkdir(parents=True, exist_ok=True)
-        pip_conf.write_text(f"[global]\nno-index = true\nfind-links = {house / 'wheels'}\n")
+        point_pip_at(SSHHost(host, Path()).root, house / "wheels")
         hosts_file = tmp_path_factory.mktemp("hosts") / "hosts.yaml"
         hosts_file.write_text(
             f"hosts:\n  - {{name: lab, address: {host.address}, user: root,"
