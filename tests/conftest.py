@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 RAY_LOCK = Path("/tmp/gpujob-ray.lock")
 os.environ.setdefault("GPUJOB_LAMBDA_LAUNCH_INTERVAL_S", "0")
 os.environ.setdefault("GPUJOB_VAST_CREATE_INTERVAL_S", "0")
-"""Lambda's 12 s between launches and Vast's 4.5 s between creates (clouds.spacing) are for
+os.environ.setdefault("GPUJOB_VAST_DESTROY_INTERVAL_S", "0")
+"""Lambda's 12 s between launches, Vast's 4.5 s between creates and 3 s between destroys
+(clouds.spacing) are for
 the clouds: the fakes' limiters are off unless a test turns them on, and that test sets the
 interval it needs."""
 

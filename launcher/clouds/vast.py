@@ -55,8 +55,10 @@ MIN_CUDA = 12.1
 MIN_DISK_GB = 20
 GONE_CODES = ("no_such_ask",)
 CREATES = Spacing("GPUJOB_VAST_CREATE_INTERVAL_S", 4.5)
-"""Vast takes one create per 4.5 s a key (its OAS `x-rate-limit`): `up --count N` spaces
-them rather than collect 429s."""
+DESTROYS = Spacing("GPUJOB_VAST_DESTROY_INTERVAL_S", 3.0)
+"""Vast takes one create per 4.5 s and one destroy per 3 s a key (its OAS `x-rate-limit`):
+`up --count N` and `down --all` space them rather than collect 429s, which ran a down of 8
+out of its tries and left a host billing."""
 BOOTING = {None, "loading", "created", "restarting", "rebooting", "scheduling"}
 FAILED = {"exited", "unknown", "offline", "stopped", "frozen"}
 GONE = {"offline", "unknown"}
@@ -257,7 +259,8 @@ class Vast(VastKeys, VastOverlays, VastVolumes, VastPorts):
     def terminate(self, instance_id: str) -> None:
         """Destroy; an id Vast no longer knows (`no_such_instance`) is already done."""
         try:
-            self.api.call("DELETE", f"/instances/{instance_id}/", json={})
+            with DESTROYS.turn():
+                self.api.call("DELETE", f"/instances/{instance_id}/", json={})
         except ProviderError as error:
             if "no_such_instance" not in error.message and "not_found" not in error.message:
                 raise
