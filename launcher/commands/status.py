@@ -71,7 +71,8 @@ def status_rows(limit: int = 20) -> list[JobRow]:
             if statuses is not None:
                 nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
         here = statuses if statuses is not None else _statuses_here(job)
-        refreshed = db.job(job.id) or job
+        settled = job.terminal and not job.unconfirmed  # refresh wrote nothing: no re-read
+        refreshed = job if settled else (db.job(job.id) or job)
         runtime_s = (refreshed.ended_at or time.time()) - job.created_at
         row: JobRow = {
             "id": job.id, "name": job.name, "state": state, "exit_code": code,

@@ -259,8 +259,6 @@ def target_for(job: JobRecord) -> Target:
 
 
 def _of_kind(kind: str, rent: Rent | None = None) -> Target:
-    from launcher.clouds.registry import CLOUDS
-
     if kind == "local":
         from launcher.targets.local import LocalTarget
 
@@ -273,6 +271,8 @@ def _of_kind(kind: str, rent: Rent | None = None) -> Target:
         from launcher.targets.slurm.target import SlurmTarget
 
         return SlurmTarget()
+    from launcher.clouds.registry import CLOUDS  # not for the kinds above: `status` of local jobs
+
     if kind in CLOUDS:
         from launcher.targets.cloud.target import CloudTarget
 
