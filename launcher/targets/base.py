@@ -282,7 +282,7 @@ def _of_kind(kind: str, rent: Rent | None = None) -> Target:
 
 def target_for_request(request: LaunchRequest, rent: Rent | None = None) -> Target:
     """`--on slurm:NAME`, `--on HOST`, `--up GPU` (renting through `rent`), or this machine."""
-    from launcher.targets.slurm.cluster import is_slurm_target
+    from launcher.targets.slurm.on import is_slurm_target
 
     if request.on and is_slurm_target(request.on):
         if request.up:
