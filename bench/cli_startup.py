@@ -46,6 +46,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--jobs", type=int, default=0, help="ended jobs recorded first")
+    parser.add_argument(
+        "--before",
+        metavar="TREE",
+        help="also time `status` of this checkout "
+        "(PYTHONPATH=TREE), interleaved: before and after a change",
+    )
     args = parser.parse_args()
     python = sys.executable
     gpujob = str(Path(python).with_name("gpujob"))
@@ -58,12 +64,16 @@ def main() -> None:
         "gpujob --help": [gpujob, "--help"],
         "gpujob status": [gpujob, "status"],
     }
-    for argv in commands.values():
-        timed(argv, env)  # warm the page cache and .pyc files
+    envs = {name: env for name in commands}
+    if args.before:
+        commands["gpujob status, before"] = [gpujob, "status"]
+        envs["gpujob status, before"] = dict(env, PYTHONPATH=args.before)
+    for name, argv in commands.items():
+        timed(argv, envs[name])  # warm the page cache and .pyc files
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(args.runs):
         for name, argv in commands.items():
-            times[name].append(timed(argv, env))
+            times[name].append(timed(argv, envs[name]))
     base = statistics.median(times["python -c pass"])
     print(f"interpreter: {python} (the venv's, not the PATH shim); median of {args.runs} runs")
     for name, samples in times.items():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFINITIONS = REPO / "launcher" / "images" / "definitions"
-GPUJOB = str(REPO / ".venv" / "bin" / "gpujob")
+GPUJOB = str(Path(sys.executable).with_name("gpujob"))  # the venv running the bench
 NAME = "bench"  # with the lab's prefix: gjlab-bench in the default lab
 
 
@@ -33,13 +33,16 @@ class BenchHost:
     port: int | None = None
     """Set when the host is reached through a local port (`far_away`) rather than directly."""
 
-    def ssh(self, command: str) -> list[str]:
-        """The OpenSSH client, key and pin as gpujob has them, one connection per call."""
+    def ssh(self, command: str, control: Path | None = None) -> list[str]:
+        """The OpenSSH client, key and pin as gpujob has them: one connection per call, or
+        with `control` the connection kept open there (ControlPersist), as gpujob keeps its."""
         from infra.lab import known_hosts_path, user_key
 
         where = ["-p", str(self.port), "-o", f"HostKeyAlias={self.address}", "root@127.0.0.1"]
+        kept = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}",
+                "-o", "ControlPersist=120"] if control else []  # fmt: skip
         return ["ssh", "-i", str(user_key()), "-o", f"UserKnownHostsFile={known_hosts_path()}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", *kept,
                 *(where if self.port else [f"root@{self.address}"]), command]  # fmt: skip
 
     @contextmanager

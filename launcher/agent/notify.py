@@ -17,8 +17,6 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +70,9 @@ def post(
 ) -> str | None:
     """POST `body` as JSON, retried with doubling delays; None once delivered, else why
     (never the URL: it is a secret). A 4xx other than 429 is not tried again."""
+    import urllib.error  # here, not above: `submit` imports EVENTS from this module, and
+    import urllib.request  # urllib.request brings http.client and ssl (issue 32)
+
     data = json.dumps(body).encode()
     why = "not tried"
     for attempt in range(1, tries + 1):

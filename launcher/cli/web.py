@@ -42,6 +42,8 @@ def tb(job: str, logdir: str | None, port: int | None) -> None:
 
 def reach_lines(rows: list[dict[str, object]]) -> list[str]:
     """How to reach what the running jobs of `status`'s rows serve (printed under its table)."""
+    if not any(row["state"] == "running" for row in rows):
+        return []  # nothing to read or import: a long history of ended jobs
     from launcher.jobs.served import reach_lines as lines_of
     from launcher.state.served import ServedDB
 

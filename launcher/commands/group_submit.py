@@ -101,7 +101,7 @@ def _hosts_by_task(group: JobGroup, on: tuple[str, ...]) -> Placed:
     if not on:
         return {task.name: (None, ()) for task in group.tasks}
     from launcher.remote.hosts import resolve_host
-    from launcher.targets.slurm.cluster import is_slurm_target
+    from launcher.targets.slurm.on import is_slurm_target
 
     if is_slurm_target(on):
         raise UsageError("a job group on a SLURM cluster is not supported yet",

@@ -106,7 +106,7 @@ def _climb(request: LaunchRequest, plan: Ladder, ladder_id: str, hosts: tuple[st
 def _on_hosts(request: LaunchRequest, plan: Ladder) -> tuple[str, ...]:
     """`--on A,B`: each rung takes the first hosts it needs (node 0 first); one host (all
     nodes on it) or a SLURM cluster is given to every rung as it is."""
-    from launcher.targets.slurm.cluster import is_slurm_target
+    from launcher.targets.slurm.on import is_slurm_target
 
     hosts = tuple(host for item in request.on for host in item.split(",") if host.strip())
     if len(hosts) < 2 or is_slurm_target(hosts):

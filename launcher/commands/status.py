@@ -55,14 +55,18 @@ def status_rows(limit: int = 20) -> list[JobRow]:
     db = StateDB()
     rows: list[JobRow] = []
     groups = group_column(all_groups())
-    for job in db.jobs(limit):
-        from launcher.supervise.recover import status_note  # only with a job to show
+    jobs = db.jobs(limit)
+    followed: set[str] = set()
+    if jobs:  # which of them recovery follows, in one query
+        from launcher.state.recovery import RecoveryDB
 
+        followed = RecoveryDB().followed([job.id for job in jobs])
+    for job in jobs:
         state, code, last = job.state, job.exit_code, job.last_line
         nodes: list[NodeRow] = [{"rank": rank, "state": state}
                                 for rank in range(len(job.node_dirs))]  # fmt: skip
         statuses = None
-        recovery = status_note(job.id)
+        recovery = _recovery_note(job.id) if job.id in followed else None
         if recovery is not None and recovery["phase"] == "recovering":
             state = JobState.RECOVERING  # its hosts are being replaced: none to ask
         else:
@@ -71,7 +75,8 @@ def status_rows(limit: int = 20) -> list[JobRow]:
             if statuses is not None:
                 nodes = [_node_row(rank, s) for rank, s in enumerate(statuses)]
         here = statuses if statuses is not None else _statuses_here(job)
-        refreshed = db.job(job.id) or job
+        settled = job.terminal and not job.unconfirmed  # refresh wrote nothing: no re-read
+        refreshed = job if settled else (db.job(job.id) or job)
         runtime_s = (refreshed.ended_at or time.time()) - job.created_at
         row: JobRow = {
             "id": job.id, "name": job.name, "state": state, "exit_code": code,
@@ -90,6 +95,12 @@ def status_rows(limit: int = 20) -> list[JobRow]:
             row["group"] = groups[job.id]
         rows.append(row)
     return rows
+
+
+def _recovery_note(job_id: str) -> RecoveryNote | None:
+    from launcher.supervise.recover import status_note  # only for a job recovery follows
+
+    return status_note(job_id)
 
 
 def metrics_text(statuses: list[NodeStatus] | None) -> str:

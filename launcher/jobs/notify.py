@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from launcher.agent.notify import Hook
 from launcher.errors import UsageError
 from launcher.say import say
 
 if TYPE_CHECKING:
+    from launcher.agent.notify import Hook
     from launcher.spec.load import LoadedSpec
     from launcher.spec.notify import NotifySpec
 
@@ -43,7 +43,9 @@ def notify_hooks(loaded: LoadedSpec) -> tuple[Hook, ...]:
                              "is not shown: a secret)", f"export {name}=https://...")  # fmt: skip
         urls[name] = url
         events.setdefault(name, set()).update(entry.on)
-    from launcher.agent.notify import EVENTS
+    if not urls:
+        return ()  # a job without webhooks: no import of the agent's poster (urllib, ssl)
+    from launcher.agent.notify import EVENTS, Hook
 
     return tuple(Hook(name, tuple(e for e in EVENTS if e in events[name]), urls[name])
                  for name in urls)  # fmt: skip

@@ -130,6 +130,9 @@ def refresh(db: StateDB, job: JobRecord) -> Seen:
     could not ask its agents (`unconfirmed`), is asked through its target and what its nodes
     say is recorded; a host that does not answer shows `unreachable`, the record kept. A job
     whose submit died before its nodes started is resolved (lifecycle.py)."""
+    recorded = Seen(job.state, job.exit_code, job.last_line)
+    if job.terminal and not job.unconfirmed:
+        return recorded  # before the imports: `status` shows many such jobs
     from launcher.jobs.lifecycle import (
         abandoned,
         never_started,
@@ -138,9 +141,6 @@ def refresh(db: StateDB, job: JobRecord) -> Seen:
     )
     from launcher.targets.base import target_for
 
-    recorded = Seen(job.state, job.exit_code, job.last_line)
-    if job.terminal and not job.unconfirmed:
-        return recorded
     statuses = target_for(job).statuses(job)
     if statuses is None:  # a host did not answer
         unreachable = Seen(JobState.UNREACHABLE, job.exit_code, job.last_line)

@@ -11,9 +11,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from launcher.agent import AGENT_FILE, agent_argv
-from launcher.agent.notify import Hook
 from launcher.errors import UsageError
 from launcher.plan import docker
 from launcher.plan.bucket_mounts import BucketSource, bucket_care, bucket_lines
@@ -73,6 +73,9 @@ CANCEL_GRACE_S = 5  # a started node stopped because another failed to start
 # The job's own copy of the host's workdir copy: a later submit updating that one never
 # changes a running job's files. ($1 is absent when the workdir had nothing to ship.)
 COPY_WORKDIR = 'mkdir -p "$1" "$2" && cp -a "$1/." "$2/"'
+
+if TYPE_CHECKING:
+    from launcher.agent.notify import Hook  # its poster imports urllib and ssl
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from launcher.paths import state_dir
-from launcher.plan.recovery import Policy
 from launcher.say import say
 from launcher.state.recovery import RecoveryDB
-from launcher.supervise.detached import spawn, try_lock
 
 if TYPE_CHECKING:
+    from launcher.plan.recovery import Policy
     from launcher.targets.base import LaunchRequest
 
 REQUEST_FIELDS = ("sets", "up", "provider", "runtime", "allow_cpu", "disk", "max_price",
@@ -58,6 +57,8 @@ def lock_path(job_id: str) -> Path:
 def hold_lock(job_id: str) -> int | None:
     """The controller's lock, held until the process ends (the fd stays open), or None
     when another controller holds it."""
+    from launcher.supervise.detached import try_lock  # `status` imports this module for its notes
+
     return try_lock(lock_path(job_id))
 
 
@@ -76,6 +77,7 @@ def start_controller(job_id: str) -> int:
     output appended to its log (0600). It inherits this environment (the cloud keys, the
     remotes' keys, GPUJOB_*): renting again needs them."""
     from launcher.spec.env_flags import child_environ
+    from launcher.supervise.detached import spawn
 
     child = spawn([sys.executable, "-m", "launcher", "recover", job_id, "--foreground"],
                   log_path(job_id), child_environ())  # fmt: skip

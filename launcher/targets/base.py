@@ -259,8 +259,6 @@ def target_for(job: JobRecord) -> Target:
 
 
 def _of_kind(kind: str, rent: Rent | None = None) -> Target:
-    from launcher.clouds.registry import CLOUDS
-
     if kind == "local":
         from launcher.targets.local import LocalTarget
 
@@ -273,6 +271,8 @@ def _of_kind(kind: str, rent: Rent | None = None) -> Target:
         from launcher.targets.slurm.target import SlurmTarget
 
         return SlurmTarget()
+    from launcher.clouds.registry import CLOUDS  # not for the kinds above: `status` of local jobs
+
     if kind in CLOUDS:
         from launcher.targets.cloud.target import CloudTarget
 
@@ -282,7 +282,7 @@ def _of_kind(kind: str, rent: Rent | None = None) -> Target:
 
 def target_for_request(request: LaunchRequest, rent: Rent | None = None) -> Target:
     """`--on slurm:NAME`, `--on HOST`, `--up GPU` (renting through `rent`), or this machine."""
-    from launcher.targets.slurm.cluster import is_slurm_target
+    from launcher.targets.slurm.on import is_slurm_target
 
     if request.on and is_slurm_target(request.on):
         if request.up:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
 from launcher.paths import cache_dir, envs_dir, state_dir
-from launcher.plan.model import NodeLayout
 from launcher.remote.base import Connection
 from launcher.runtime.agent import NodeStatus
 from launcher.state.db import JobRecord
@@ -22,6 +21,7 @@ from launcher.targets.base import JobInput, LaunchRequest, Node, Traits
 from launcher.targets.hosts import HostsTarget
 
 if TYPE_CHECKING:
+    from launcher.plan.model import NodeLayout
     from launcher.spec.image import ImageDefinition
     from launcher.spec.job import JobSpec
     from launcher.targets.placement import Placement
@@ -36,6 +36,7 @@ def local_target(
     """The job stays inside its folder (`sandbox`, plan/sandbox.py); an `image:` naming a
     container image runs in Docker, or is refused (`where`: its file:line), never on this
     machine's Python instead."""
+    from launcher.plan.model import NodeLayout  # not for `status`'s read of ended jobs
     from launcher.plan.placement import image_reference
     from launcher.plan.sandbox import runs_in_docker
     from launcher.remote.local_facts import docker_facts, host_python3, own_venv_bin
@@ -107,14 +108,27 @@ def local_connections() -> dict[str, Connection]:
     return {HOST: LocalConnection()}
 
 
+def node_files(node_dir: str) -> NodeStatus:
+    """A node's status as its agent's files on this machine say. Only the two agent modules
+    that read them are imported, not the supervisor (`status` over many ended jobs pays
+    for every import; issue 32)."""
+    from launcher.agent import AGENT_SOURCE
+
+    siblings = str(AGENT_SOURCE.resolve().parent)  # as agent.py finds them
+    if siblings not in sys.path:
+        sys.path.insert(0, siblings)
+    from log_read import last_line
+    from stopping import status_of
+
+    folder = Path(node_dir)
+    return dict(status_of(folder), last_line=last_line(folder))  # type: ignore[return-value]
+
+
 class LocalNode(Node):
     """A node of this machine: its agent's files read directly."""
 
     def status(self) -> NodeStatus | None:
-        from launcher.agent.agent import last_line, status_of
-
-        folder = Path(self.node_dir)
-        return dict(status_of(folder), last_line=last_line(folder))  # type: ignore[return-value]
+        return node_files(self.node_dir)
 
 
 class LocalTarget(HostsTarget):
@@ -142,7 +156,7 @@ class LocalTarget(HostsTarget):
         return LocalNode(rank, node_dir, conn, self.traits.agent_python)
 
     def statuses(self, job: JobRecord) -> list[NodeStatus] | None:
-        return [status for node in self.nodes(job) if (status := node.status()) is not None]
+        return [node_files(node_dir) for node_dir in job.node_dirs]  # no connection needed
 
     def host_names(self, job: JobRecord) -> list[str]:
         return list(job.hosts)

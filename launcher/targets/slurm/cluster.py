@@ -75,10 +75,6 @@ def parse_clusters(text: str, where: str) -> dict[str, tuple[SlurmCluster, HostE
     return found
 
 
-def is_slurm_target(on: tuple[str, ...] | list[str]) -> bool:
-    return any(value.startswith("slurm:") for value in on)
-
-
 def resolve_cluster(on: tuple[str, ...] | list[str]) -> tuple[SlurmCluster, HostEntry]:
     """`--on slurm:NAME[/PARTITION]`: the hosts.yaml entry, its partition overridden."""
     from dataclasses import replace
