@@ -50,3 +50,14 @@ def test_another_architecture_is_skipped_not_failed(bare_home: Findings) -> None
     other = Findings(host=facts)
     result = uv(LocalConnection(), HostProfile(runtime="bare"), other)
     assert result.status == "skipped" and "pip" in result.detail
+
+
+def test_a_bare_job_rented_on_a_docker_cloud_bootstraps_for_bare() -> None:
+    """`submit --up --runtime bare` on Lambda (a VM with Docker): bootstrap readies the host
+    for the bare job (uv copied), not for Docker (where it would leave uv out and the job's
+    environment would be made with pip, many times slower)."""
+    from launcher.targets.cloud.hosts import UpOptions, host_profile
+
+    assert host_profile("docker", UpOptions(gpu="a100", runtime="bare")).runtime == "bare"
+    assert host_profile("docker", UpOptions(gpu="a100")).runtime == "docker"
+    assert host_profile("bare", UpOptions(gpu="h100", provider="vast")).runtime == "bare"
