@@ -73,9 +73,9 @@ for name, value in out.items():
 print("uv_no_index=%s" % ("" if kept else "1"))  # a flag only: uv reads no UV_NO_INDEX"""
 
 
-HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many. Its sleep
-# holds none of the script's output: killed with the loop it would not be, and the SSH
-# command would wait for it (up to 5 s after the environment is ready) before it ends.
+HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many.
+# The sleep holds none of the script's output: the loop's kill leaves it running, and the
+# SSH command would wait for it (up to 5 s after the environment is ready).
 heartbeat() {
   local base
   base=$(ready)

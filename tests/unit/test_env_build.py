@@ -138,7 +138,9 @@ def test_an_index_that_does_not_answer_is_left_out_as_pip_skips_it(
     assert imports(tmp_path) == "1.0"
 
 
-def test_the_script_lets_go_of_its_output_when_it_ends(tmp_path: Path, host: dict[str, str]) -> None:
+def test_the_script_lets_go_of_its_output_when_it_ends(
+    tmp_path: Path, host: dict[str, str]
+) -> None:
     """Its output reaches its end with the script, as an SSH command's channel must: the
     heartbeat's sleep (5 s a beat) holds none of it, so the reader is not kept waiting."""
     import select
