@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,15 @@ from launcher.plan.env_build import UV_HOME_PATH, env_script
 JOB = REPO / "jobs" / "quickstart.yaml"
 ARGS = "--steps 60 --seq-len 64"  # the quickstart's
 FIRST_STEP = rb"step 1/60 "
+PHASES = {  # gpujob's own lines, each ending a phase of the submit (its name)
+    rb": launching on lambda": "rent",
+    rb": bootstrapping ": "boot",
+    rb": ready at ": "bootstrap",
+    rb"creating the job environment": "submit",
+    rb"Installed \d+ packages": "env",
+    rb"starting torchrun": "ship",
+}
+"""The last phase, `start`, ends at the first step line."""
 WHEELS = Path("/var/cache/gpujob-bench/wheels-lab-cpu")  # where the lab hosts see it too
 
 
@@ -67,14 +77,18 @@ def gpujob_round(env: dict[str, str], n: int, trace: bool) -> dict:
         thread.join(timeout=10)
     if code != 0:
         sys.exit(f"gpujob failed ({code}): {b''.join(line for _, line in err.lines)[-2000:]!r}")
+    merged = sorted([*out.lines, *err.lines], key=lambda pair: pair[0])
     if trace:
         print(f"{job_id}: gpujob's lines (s after the start)")
-        merged = sorted([*out.lines, *err.lines], key=lambda pair: pair[0])
         for at, line in merged:
             if at <= first:
                 print(f"  {at - start:6.2f}  {line.decode(errors='replace')[:140]}")
     subprocess.run([GPUJOB, "down", "--all"], env=env, capture_output=True)
-    return {"total": first - start}
+    at = [start, *(next(t for t, line in merged if re.search(event, line)) for event in PHASES),
+          first]  # fmt: skip
+    names = [*PHASES.values(), "start"]
+    phases = {f"g.{name}": b - a for name, a, b in zip(names, at, at[1:], strict=True)}
+    return {"total": first - start, **phases}
 
 
 class WheelhouseHosts(LabBackend):
@@ -244,15 +258,24 @@ def run_bench(rounds: int, trace: bool) -> dict[str, list[float]]:
 
 
 def report(results: dict[str, list[float]], rounds: int) -> None:
-    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {rounds} round(s) each")
-    print("| | median | runs (s) |\n| --- | --- | --- |")
-    for name in ("boot", "bootstrap", "env", "start", "parts", "total"):
-        runs = results[name]
-        shown = ", ".join(f"{v:.2f}" for v in runs)
-        print(f"| {name} | {statistics.median(runs):.2f} s | {shown} |")
-    ratio = statistics.median(results["total"]) / statistics.median(results["parts"])
-    print(f"ratio launch->first step / (boot + bootstrap + env + start): {ratio:.2f}  "
-          "(target at most 1.15; medians)")  # fmt: skip
+    parts = ("boot", "bootstrap", "env", "start", "parts", "total")
+    own = [name for name in results if name.startswith("g.")]
+    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end; {rounds} "
+          "alternated round(s) of each; direct parts, then gpujob's total and ratio, then "
+          "gpujob's own phases (from its lines)")  # fmt: skip
+    print(f"| round | {' | '.join(parts)} | ratio | {' | '.join(own)} |")
+    print("|" + " --- |" * (len(parts) + len(own) + 2))
+    rows = [[results[name][n] for name in parts] for n in range(rounds)]
+    for n, row in enumerate(rows):
+        mine = " | ".join(f"{results[name][n]:.2f}" for name in own)
+        print(f"| {n} | {' | '.join(f'{v:.2f}' for v in row)} | {row[-1] / row[-2]:.2f} | "
+              f"{mine} |")  # fmt: skip
+    med = {name: statistics.median(values) for name, values in results.items()}
+    print(f"| median | {' | '.join(f'{med[name]:.2f}' for name in parts)} | "
+          f"{statistics.median(r[-1] / r[-2] for r in rows):.2f} | "
+          f"{' | '.join(f'{med[name]:.2f}' for name in own)} |")  # fmt: skip
+    print(f"ratio launch->first step / (boot + bootstrap + env + start), medians: "
+          f"{med['total'] / med['parts']:.2f}  (target at most 1.15)")  # fmt: skip
 
 
 if __name__ == "__main__":
