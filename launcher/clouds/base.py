@@ -23,6 +23,8 @@ from launcher.state.owner import owner
 from launcher.state.owner import owner_in_name as owner_in_name
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.state.hosts import HostsDB
 
 
@@ -248,9 +250,11 @@ def poll_interval() -> float:
     return float(os.environ.get("GPUJOB_POLL_S", "2.0"))
 
 
-def poll_until_running(provider: Provider, instance_id: str, timeout: float) -> Instance:
+def poll_until_running(provider: Provider, instance_id: str, timeout: float,
+                       interval: Callable[[], float] = poll_interval) -> Instance:  # fmt: skip
     """`describe` until running with an address; a failed or vanished instance ends it early,
-    because neither turns into `running` on its own (both references say so)."""
+    because neither turns into `running` on its own (both references say so). `interval`:
+    the seconds to the next read, asked before each wait (a cloud's own pace)."""
     deadline = time.monotonic() + timeout
     while True:
         inst = provider.describe(instance_id)
@@ -267,7 +271,7 @@ def poll_until_running(provider: Provider, instance_id: str, timeout: float) -> 
                 f"after {timeout:.0f} s",
                 "raise --timeout for big images or multi-GPU hosts",
             )
-        pause(poll_interval())
+        pause(interval())
 
 
 MAX_OFFERS_TRIED = 25  # dstack's default for the same loop

@@ -29,6 +29,7 @@ from launcher.clouds.base import (
     host_api_url,
     owner_in_name,
     pause,
+    poll_interval,
     poll_until_running,
 )
 from launcher.errors import UsageError
@@ -54,6 +55,15 @@ instance: 1.10 has no `quantity` and Lambda refused values above 1 (reference §
 `up --count N` makes N calls, spaced by `_pace` instead of answered 429 and retried."""
 _LAUNCHES = threading.Lock()
 _last_launch = [0.0]
+_BOOTING_LOCK = threading.Lock()
+_booting = [0]
+"""How many of this process's instances are being waited for (`wait_until_running`)."""
+
+
+def _read_interval() -> float:
+    if os.environ.get("GPUJOB_POLL_S"):
+        return poll_interval()
+    return 1.0 if _booting[0] <= 1 else 2.0
 
 
 def _describe_error(reply: Any) -> str:
@@ -311,7 +321,16 @@ class LambdaCloud:
         return self._instance(raw)
 
     def wait_until_running(self, instance_id: str, timeout: float) -> Instance:
-        return poll_until_running(self, instance_id, timeout)
+        """Read every second while this is the one host booting (Lambda allows about 1
+        request/s), so a quick boot is seen within a second rather than two; every 2 s, the
+        common pace, while several are."""
+        with _BOOTING_LOCK:
+            _booting[0] += 1
+        try:
+            return poll_until_running(self, instance_id, timeout, _read_interval)
+        finally:
+            with _BOOTING_LOCK:
+                _booting[0] -= 1
 
     def terminate(self, instance_id: str) -> None:
         """Skip what is already going (Lambda answers `global/unknown` to a second terminate,
