@@ -87,7 +87,7 @@ def gpujob_round(env: dict[str, str], n: int, trace: bool) -> dict:
     at = [start, *(next(t for t, line in merged if re.search(event, line)) for event in PHASES),
           first]  # fmt: skip
     names = [*PHASES.values(), "start"]
-    phases = {f"g.{name}": b - a for name, a, b in zip(names, at, at[1:], strict=True)}
+    phases = {f"g.{name}": b - a for name, a, b in zip(names, at[:-1], at[1:], strict=True)}
     return {"total": first - start, **phases}
 
 
