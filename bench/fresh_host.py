@@ -51,7 +51,7 @@ PHASES = {  # gpujob's own lines, each ending a phase of the submit (its name)
     rb": bootstrapping ": "boot",
     rb": ready at ": "bootstrap",
     rb"creating the job environment": "submit",
-    rb"Installed \d+ packages": "env",
+    rb"Installed \d+ packages|Successfully installed": "env",  # uv, or pip where no uv
     rb"starting torchrun": "ship",
 }
 """The last phase, `start`, ends at the first step line."""
