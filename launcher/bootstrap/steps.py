@@ -91,17 +91,7 @@ def system(conn: Connection, profile: HostProfile, found: Findings) -> StepResul
     if not facts.version:
         return StepResult("system", "failed", f"{detail}: no python3",
                           "install python3 on the host: gpujob's agent runs with it")  # fmt: skip
-    made = _make_venv(conn)
-    if made.ok:
-        return StepResult("system", "ok", f"{detail}, venv ok")
-    if profile.runtime == "docker":  # jobs run in the image's own environment
-        return StepResult("system", "ok", f"{detail} (no venv here: {_last(made)})")
-    fixed = conn.run(["sh", "-c", INSTALL_VENV.replace("VERSION", facts.version)])
-    if fixed.ok and _make_venv(conn).ok:
-        return StepResult("system", "fixed", f"{detail}, python{facts.version}-venv installed")
-    return StepResult("system", "failed", f"{detail}: cannot make a venv ({_last(made)})",
-                      f"install python{facts.version}-venv (Debian/Ubuntu) on the host: job "
-                      "environments are venvs")  # fmt: skip
+    return StepResult("system", "ok", detail)  # venv: only where pip makes the environment
 
 
 MAKE_VENV = 'd=$(mktemp -d) && python3 -m venv "$d/v"; code=$?; rm -rf "$d"; exit $code'
@@ -206,8 +196,9 @@ def rclone(conn: Connection, profile: HostProfile, found: Findings) -> StepResul
 
 def uv(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
     """Bare jobs make their environment with uv where the host has it (many times faster
-    than pip); a host without uv gets this machine's, as with rclone. Never fatal: the
-    environment script falls back to pip and says so."""
+    than pip); a host without uv gets this machine's, as with rclone. Where none can go, the
+    environment script falls back to pip and says so: venv must then work (the one way this
+    step fails)."""
     if profile.runtime == "docker":
         return StepResult("uv", "skipped", "jobs run in the image's own environment (a "
                           "--runtime bare job here makes its own with uv only if the host "
@@ -219,8 +210,24 @@ def uv(conn: Connection, profile: HostProfile, found: Findings) -> StepResult:
         have = _version_of(conn, "uv", UV_HOME_PATH, "--version")
         if have:
             return StepResult("uv", "fixed", f"{have} in ~/{UV_HOME_PATH}")
-    return StepResult("uv", "skipped", "no uv here and none to copy: job environments are "
-                      "made with pip (slower); `pip install uv` there makes them fast")  # fmt: skip
+    return _venv_for_pip(conn, found)
+
+
+def _venv_for_pip(conn: Connection, found: Findings) -> StepResult:
+    """No uv: job environments are made with venv and pip, so venv must work here. Checked
+    only then (a venv with pip takes seconds to make; uv needs no python3-venv)."""
+    pip = ("no uv here and none to copy: job environments are made with pip (slower); "
+           "`pip install uv` there makes them fast")  # fmt: skip
+    made = _make_venv(conn)
+    if made.ok:
+        return StepResult("uv", "skipped", pip)
+    version = found.facts.version
+    fixed = conn.run(["sh", "-c", INSTALL_VENV.replace("VERSION", version or "3")])
+    if fixed.ok and _make_venv(conn).ok:
+        return StepResult("uv", "fixed", f"{pip}; python{version}-venv installed")
+    return StepResult("uv", "failed", f"no uv, and pip cannot make a venv ({_last(made)})",
+                      f"install python{version}-venv (Debian/Ubuntu) or uv on the host: job "
+                      "environments are venvs")  # fmt: skip
 
 
 def local_uv() -> str | None:

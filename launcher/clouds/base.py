@@ -256,10 +256,12 @@ def poll_until_running(
     instance_id: str,
     timeout: float,
     read: Callable[[str], Instance] | None = None,
+    interval: Callable[[], float] = poll_interval,
 ) -> Instance:
     """`describe` (or `read`: many waiters sharing one list call, launcher.clouds.fleet)
     until running with an address; a failed or vanished instance ends it early, because
-    neither turns into `running` on its own (both references say so)."""
+    neither turns into `running` on its own (both references say so). `interval`: the
+    seconds to the next read, asked before each wait (a cloud's own pace)."""
     deadline = time.monotonic() + timeout
     while True:
         inst = (read or provider.describe)(instance_id)
@@ -276,7 +278,7 @@ def poll_until_running(
                 f"after {timeout:.0f} s",
                 "raise --timeout for big images or multi-GPU hosts",
             )
-        pause(poll_interval())
+        pause(interval())
 
 
 MAX_OFFERS_TRIED = 25  # dstack's default for the same loop

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from launcher.clouds.base import (
     ProviderError,
     host_api_url,
     owner_in_name,
+    poll_interval,
     poll_until_running,
 )
 from launcher.clouds.spacing import Spacing
@@ -52,6 +54,15 @@ LAUNCH_INTERVAL_S = 12.0
 instance: 1.10 has no `quantity` and Lambda refused values above 1 (reference §2.2), so
 `up --count N` makes N calls, spaced (launcher.clouds.spacing) instead of answered 429."""
 LAUNCHES = Spacing("GPUJOB_LAMBDA_LAUNCH_INTERVAL_S", LAUNCH_INTERVAL_S)
+_BOOTING_LOCK = threading.Lock()
+_booting = [0]
+"""How many of this process's instances are being waited for (`wait_until_running`)."""
+
+
+def _read_interval() -> float:
+    if os.environ.get("GPUJOB_POLL_S"):
+        return poll_interval()
+    return 1.0 if _booting[0] <= 1 else 2.0
 
 
 def _describe_error(reply: Any) -> str:
@@ -305,7 +316,16 @@ class LambdaCloud:
         return self._instance(raw)
 
     def wait_until_running(self, instance_id: str, timeout: float) -> Instance:
-        return poll_until_running(self, instance_id, timeout)
+        """Read every second while this is the one host booting (Lambda allows about 1
+        request/s), so a quick boot is seen within a second rather than two; every 2 s, the
+        common pace, while several are."""
+        with _BOOTING_LOCK:
+            _booting[0] += 1
+        try:
+            return poll_until_running(self, instance_id, timeout, interval=_read_interval)
+        finally:
+            with _BOOTING_LOCK:
+                _booting[0] -= 1
 
     def terminate(self, instance_id: str) -> None:
         """Skip what is already going (Lambda answers `global/unknown` to a second terminate,

@@ -73,12 +73,14 @@ for name, value in out.items():
 print("uv_no_index=%s" % ("" if kept else "1"))  # a flag only: uv reads no UV_NO_INDEX"""
 
 
-HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many
+HEARTBEAT = """# every 5 s until the install ends: how many packages are ready, of how many.
+# The sleep holds none of the script's output: the loop's kill leaves it running, and the
+# SSH command would wait for it (up to 5 s after the environment is ready).
 heartbeat() {
   local base
   base=$(ready)
   ( exec 9>&-  # not the environment's lock: it ends with the build
-    while sleep 5; do
+    while sleep 5 </dev/null >/dev/null 2>&1; do
       echo "[gpujob] job environment: $(( $(ready) - base )) of $2 packages $1 (${SECONDS} s)" >&2
     done ) &
   beat=$!

@@ -50,3 +50,34 @@ def test_another_architecture_is_skipped_not_failed(bare_home: Findings) -> None
     other = Findings(host=facts)
     result = uv(LocalConnection(), HostProfile(runtime="bare"), other)
     assert result.status == "skipped" and "pip" in result.detail
+
+
+def test_a_bare_job_rented_on_a_docker_cloud_bootstraps_for_bare() -> None:
+    """`submit --up --runtime bare` on Lambda (a VM with Docker): bootstrap readies the host
+    for the bare job (uv copied), not for Docker (where it would leave uv out and the job's
+    environment would be made with pip, many times slower)."""
+    from launcher.targets.cloud.hosts import UpOptions, host_profile
+
+    assert host_profile("docker", UpOptions(gpu="a100", runtime="bare")).runtime == "bare"
+    assert host_profile("docker", UpOptions(gpu="a100")).runtime == "docker"
+    assert host_profile("bare", UpOptions(gpu="h100", provider="vast")).runtime == "bare"
+
+
+def test_the_venv_check_runs_only_where_pip_will_make_the_environment(
+    bare_home: Findings,
+) -> None:
+    """Making a venv with pip takes seconds: a host that gets uv (or runs Docker) is not
+    asked for one; a host where no uv can go is, at the uv step, which says pip is used."""
+    from launcher.bootstrap.steps import system
+
+    found = Findings()
+    result = system(LocalConnection(), HostProfile(runtime="bare"), found)
+    assert result.status == "ok" and "venv" not in result.detail, result
+    assert found.host is not None and found.host.version
+    riscv = Findings(host=HostFacts(home=bare_home.facts.home, python="python3", version="3.11",
+                                    docker=False, gpus=0, arch="riscv64"))  # fmt: skip
+    without = uv(LocalConnection(), HostProfile(runtime="bare"), riscv)
+    assert without.status == "skipped", without
+    assert without.detail.startswith(
+        "no uv here and none to copy: job environments are made with pip"
+    )

@@ -136,3 +136,29 @@ def test_an_index_that_does_not_answer_is_left_out_as_pip_skips_it(
     assert done.returncode == 0, done.stderr
     assert "package index http://127.0.0.1/simple does not answer here: left out" in done.stderr
     assert imports(tmp_path) == "1.0"
+
+
+def test_the_script_lets_go_of_its_output_when_it_ends(
+    tmp_path: Path, host: dict[str, str]
+) -> None:
+    """Its output reaches its end with the script, as an SSH command's channel must: the
+    heartbeat's sleep (5 s a beat) holds none of it, so the reader is not kept waiting."""
+    import select
+
+    assert UV is not None
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("gjtiny==1.0\n")
+    script = env_script(str(tmp_path / "envs" / "e"), str(BASE_PYTHON), str(reqs), 1)
+    proc = subprocess.Popen(["bash", "-c", script], env={**host, "GPUJOB_UV": UV},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.wait(timeout=300) == 0
+    assert proc.stderr is not None
+    said = b""
+    while select.select([proc.stderr], [], [], 2.0)[0]:  # a beat is 5 s away
+        chunk = os.read(proc.stderr.fileno(), 65536)
+        if not chunk:
+            break
+        said += chunk
+    else:
+        pytest.fail(f"the script ended and its stderr is still held open: {said[-500:]!r}")
+    assert b"with uv: 1 packages" in said

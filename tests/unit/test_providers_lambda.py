@@ -316,3 +316,19 @@ def test_a_filesystem_name_lambda_would_refuse_is_refused_before_any_call(
         "then letters, digits and -; 60 at most"
     ]
     assert calls(env, "create_filesystem") == calls(env, "launch") == []
+
+
+def test_a_lone_booting_host_is_read_every_second_several_every_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lambda allows about 1 request/s: one host booting is read each second (a quick boot
+    seen within one, not two); several share the pace of 2 s each; tests' GPUJOB_POLL_S wins."""
+    from launcher.clouds import lambda_cloud
+
+    monkeypatch.delenv("GPUJOB_POLL_S", raising=False)
+    monkeypatch.setattr(lambda_cloud, "_booting", [1])
+    assert lambda_cloud._read_interval() == 1.0
+    monkeypatch.setattr(lambda_cloud, "_booting", [3])
+    assert lambda_cloud._read_interval() == 2.0
+    monkeypatch.setenv("GPUJOB_POLL_S", "0.05")
+    assert lambda_cloud._read_interval() == 0.05

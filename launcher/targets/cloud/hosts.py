@@ -95,6 +95,9 @@ class UpOptions:
     peers: PeerPorts | None = None
     """A multi-node job's hosts open to each other where the cloud's firewall would block
     them (targets.cloud.firewall)."""
+    runtime: str = "auto"
+    """The job's runtime (`submit --up --runtime bare`): bare on a host with Docker too, so
+    bootstrap readies what a bare job needs there (uv for its environment)."""
     ports: tuple[int, ...] = ()
     """The job's `ports:`, published by the cloud where it publishes ports (Vast:
     clouds.vast_ports); elsewhere they are reached over SSH only."""
@@ -348,7 +351,8 @@ def drop_network(provider: Provider) -> None:
 
 
 def host_profile(provider_runtime: str, options: UpOptions) -> HostProfile:
-    return HostProfile(runtime="bare" if provider_runtime == "bare" else "docker",
+    bare = "bare" in (provider_runtime, options.runtime)
+    return HostProfile(runtime="bare" if bare else "docker",
                        allow_cpu=options.allow_cpu, min_disk_gb=options.disk,
                        image=options.image)  # fmt: skip
 

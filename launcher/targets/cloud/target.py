@@ -154,7 +154,7 @@ class CloudTarget(RemoteHostsTarget):
                             volume=spec.resources.volume,
                             one_network=spec.nodes > 1 and not kept,
                             offers_on_stderr=True, region=region, peers=peers,
-                            ports=tuple(spec.ports))  # fmt: skip
+                            ports=tuple(spec.ports), runtime=request.runtime)  # fmt: skip
         try:
             instances = launch_hosts(options, self.rent)
         except ProviderError as error:
