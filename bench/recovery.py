@@ -226,6 +226,10 @@ def two_node_round(env: dict[str, str], scratch: Path, fake: object, bucket: str
             if at >= lost:
                 print(f"  {at - lost:6.2f}  {line.decode(errors='replace')[:150]}")
         print(f"  {first_step - lost:6.2f}  (first step of the new world)")
+        print(f"{job_id}: the job's own output from the restart (s after the loss)")
+        for at, line in run.out.lines:
+            if at >= lost and at <= first_step + 0.5:
+                print(f"  {at - lost:6.2f}  {line.decode(errors='replace')[:150]}")
     return {"total": first_step - lost, "launches": launches(fake) - launched,
             "kept": sum(a == b for a, b in zip(before, after, strict=True))}  # fmt: skip
 

@@ -96,7 +96,9 @@ def run_controller(job_id: str) -> int:
 
 def _follow(job_id: str, policy: Policy, rdb: RecoveryDB) -> int:
     from launcher.supervise.recover_steps import observe
+    from launcher.supervise.recover_warm import warm
 
+    warm()  # what a recovery imports, loaded now rather than after a loss
     db = StateDB()
     unreachable = Unreachable()
     said = ""

@@ -203,6 +203,8 @@ class KeptSide:
         """Host name -> the folder the checkpoint was pulled into there."""
         self._found: Checkpoint | None = None
         self._error: BaseException | None = None
+        self._early: threading.Thread | None = None
+        """The pull onto the replacements, started as soon as they are placed."""
         self._thread = threading.Thread(target=self._run, name="kept-hosts", daemon=True)
         self._thread.start()
 
@@ -235,6 +237,8 @@ class KeptSide:
     def settle(self) -> None:
         """Its work over, whatever came of it."""
         self._thread.join()
+        if self._early is not None:
+            self._early.join()
 
     def checkpoint(self) -> Checkpoint | None:
         """The resume checkpoint, once the kept nodes are ready for the restart."""
@@ -245,17 +249,39 @@ class KeptSide:
             raise GpujobError(f"the kept hosts could not be made ready: {self._error!r}")
         return self._found
 
-    def resume_from(self) -> str | None:
-        """The resume checkpoint's name (`CloudTarget.resume`)."""
+    def resume_from(self, records: list[str]) -> str | None:
+        """The resume checkpoint's name (`CloudTarget.resume`), once the nodes are placed
+        on `records`: the pull onto the replacements starts then, on a thread, into the
+        folder the kept hosts got it in, while the plan is built and its probes run (the
+        plan's own folder is checked by `before_start`, which pulls again where it differs)."""
+        from launcher.supervise.recover_steps import heads_of, pull_onto
+
         found = self.checkpoint()
+        dests = set(self.pulled.values())
+        new = [h for h in heads_of(records) if h is not None and h not in self.pulled]
+        if found is not None and len(dests) == 1 and new:
+            (dest,) = dests
+
+            def pull() -> None:
+                try:
+                    pull_onto(found, dest, list(new))
+                except (GpujobError, OSError, EOFError):
+                    return  # `before_start` pulls it again, and says why if it fails then
+                self.pulled.update(dict.fromkeys(new, dest))
+
+            self._early = threading.Thread(target=pull, name="replacement-pull", daemon=True)
+            self._early.start()
         return found.name if found else None
 
     def before_start(self, plan: Plan, records: list[str]) -> None:
         """The launch's step before the start: the checkpoint pulled onto the hosts that
-        do not have it in the plan's folder (the replacements)."""
+        do not have it in the plan's folder (the replacements, unless their early pull
+        has put it there)."""
         from launcher.supervise.recover_steps import heads_of, pull_onto
 
         checkpoint = self.checkpoint()
+        if self._early is not None:
+            self._early.join()
         dest = plan.derived["checkpoint_dir"]
         if checkpoint is not None:
             heads = [h for h in heads_of(records) if h is None or self.pulled.get(h) != dest]

@@ -59,10 +59,11 @@ class CloudTarget(RemoteHostsTarget):
         """The command's rent (None for a dry run, or a job already running)."""
         self.price: float | None = None
         """What the rented hosts cost together per hour, as their cloud quoted it."""
-        self.resume: Callable[[], str | None] | None = None
+        self.resume: Callable[[list[str]], str | None] | None = None
         """A recovery keeping hosts: its resume checkpoint's name, known only once the kept
         nodes' job has stopped, which runs while this target rents the replacements (the
-        rent needs no checkpoint): asked once the nodes are placed, before the plan."""
+        rent needs no checkpoint): asked once the nodes are placed, before the plan, with
+        the placed hosts' records (the replacements' pull can start then)."""
         self._resumed: tuple[str | None] | None = None
         in_image = bool(trait(kind, "runs_in_image", False))
         self.traits = remote_traits(rents_hosts=True, runs_in_image=in_image)
@@ -90,7 +91,7 @@ class CloudTarget(RemoteHostsTarget):
             say(placed.note)
         if self.resume is not None and not request.dry_run:
             try:
-                self._resumed = (self.resume(),)
+                self._resumed = (self.resume(placed.records),)
             except BaseException:
                 for conn in placed.connections.values():
                     conn.close()
