@@ -80,7 +80,7 @@ heartbeat() {
   local base
   base=$(ready)
   ( exec 9>&-  # not the environment's lock: it ends with the build
-    while sleep 5 </dev/null >/dev/null 2>&1; do
+    while sleep 5 >/dev/null 2>&1; do
       echo "[gpujob] job environment: $(( $(ready) - base )) of $2 packages $1 (${SECONDS} s)" >&2
     done ) &
   beat=$!
