@@ -12,7 +12,14 @@ from __future__ import annotations
 import threading
 import time
 
-from launcher.clouds.base import GpuRequest, Instance, Offer, Provider, poll_interval
+from launcher.clouds.base import (
+    GpuRequest,
+    Instance,
+    Offer,
+    Provider,
+    poll_interval,
+    poll_until_running,
+)
 
 FRESH_S = 60.0  # an offer list older than this is read again before the next launch
 
@@ -72,3 +79,7 @@ class StatusBoard:
                 self._read_at = time.monotonic()
             seen = self._seen.get(instance_id)
         return seen if seen is not None else self.provider.describe(instance_id)
+
+    def wait_until_running(self, instance_id: str, timeout: float) -> Instance:
+        """`Provider.wait_until_running`, read from the shared list."""
+        return poll_until_running(self.provider, instance_id, timeout, self.read)

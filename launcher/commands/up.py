@@ -15,12 +15,12 @@ from launcher.remote.keys import public_key
 from launcher.state.readonly import HostsView
 from launcher.targets.cloud.hosts import (
     UpOptions,
-    bid_words,
     host_profile,
     launch_all,
     offers_for,
     say,
 )
+from launcher.targets.cloud.offers_view import bid_words
 from launcher.targets.cloud.rent import Rent, renting
 
 

@@ -33,7 +33,6 @@ from launcher.clouds.base import (
     launch_cheapest,
     no_offers,
     parse_gpu_request,
-    poll_until_running,
 )
 from launcher.clouds.fleet import OfferBook, StatusBoard
 from launcher.errors import UsageError
@@ -41,6 +40,7 @@ from launcher.remote.keys import public_key
 from launcher.state.hosts import HostsDB
 from launcher.state.readonly import HostsView
 from launcher.targets.cloud.interrupts import cleaning
+from launcher.targets.cloud.offers_view import offers_table
 from launcher.targets.cloud.overlay import with_overlay_address
 from launcher.targets.cloud.reconcile import Reconciliation, reconcile, record
 from launcher.targets.cloud.rent import Rent, settle
@@ -105,32 +105,6 @@ class UpOptions:
 
 def say(text: str) -> None:
     click.echo(f"gpujob: {text}", err=True)
-
-
-def offers_table(offers: list[Offer], shown: int = 10, on_stderr: bool = False) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{len(offers)} offer(s), cheapest first")
-    bids = any(o.bid is not None for o in offers)  # interruptible: the bid each would get
-    for column in ("provider", "type", "GPUs", "region", "$/hour", "disk GB"):
-        table.add_column(column)
-    if bids:
-        table.add_column("bid $/h")
-    for o in offers[:shown]:
-        row = [o.provider, o.instance_type, f"{o.gpu_count}x {o.gpu_name}", o.region,
-               f"{o.price_per_hour:.2f}", f"{o.disk_gb:.0f}"]  # fmt: skip
-        if bids:
-            row.append(f"{o.bid or 0:.3f}")
-        table.add_row(*row)
-    Console(file=sys.stderr if on_stderr else sys.stdout, width=110).print(table)
-
-
-def bid_words(offer: Offer) -> str:
-    """How an interruptible rental reads in a line: its bid, and that it can be taken back."""
-    if offer.bid is None:
-        return ""
-    return f" (interruptible: bid ${offer.bid:.3f}/h; outbid, the host is stopped)"
 
 
 def launch_hosts(options: UpOptions, rent: Rent | None) -> list[Instance]:
@@ -275,11 +249,7 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
         with buying:
             inst = rent.launch(name, request.label, buy)
         show(f"{name}: {provider.name} {inst.id} booting", task)
-        left = max(1.0, deadline - time.monotonic())
-        if board is None:
-            inst = provider.wait_until_running(inst.id, left)
-        else:  # one list call a poll for all of them (launcher.clouds.fleet)
-            inst = poll_until_running(provider, inst.id, left, board.read)
+        inst = wait_running(inst.id, max(1.0, deadline - time.monotonic()))
         rent.update(name, inst, "booting")
         show(f"{name}: waiting for SSH on {inst.ip}:{inst.ssh_port}", task)
         wait_for_ssh(str(inst.ip), int(inst.ssh_port or 22), deadline)
@@ -297,6 +267,7 @@ def launch_all(provider: Provider, request: GpuRequest, options: UpOptions, key:
         return inst
 
     board = StatusBoard(provider) if options.count > 1 else None
+    wait_running = board.wait_until_running if board else provider.wait_until_running
     pool = ThreadPoolExecutor(options.count)
     futures: list[Future[Instance]] = []
     try:
