@@ -7,12 +7,14 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test deps lint bench docs clean
 
 # uv makes the venv's install many times faster than pip; pip only bootstraps uv. uv reads no
-# pip.conf: the machine's pip sources are handed to it (launcher/plan/env_build.py).
+# pip.conf: the machine's pip sources are handed to it (launcher/plan/env_build.py). Bytecode is
+# compiled at install (and for the checkout before the tests): the suite starts thousands of
+# Python processes, and under PYTHONDONTWRITEBYTECODE each would compile its imports again.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --quiet --disable-pip-version-check uv
 	eval "$$(python3 launcher/plan/env_build.py)" && export UV_INDEX_STRATEGY=unsafe-best-match \
-	  && $(VENV)/bin/uv pip install --quiet $${uv_no_index:+--no-index} --python $(PY) -e '.[dev]'
+	  && $(VENV)/bin/uv pip install --quiet --compile-bytecode $${uv_no_index:+--no-index} --python $(PY) -e '.[dev]'
 	touch $(STAMP)
 
 deps:
@@ -21,13 +23,16 @@ deps:
 run: $(STAMP)
 	$(VENV)/bin/gpujob submit jobs/quickstart.yaml
 
+# Two pytest workers, each a session with a lab of its own (tests/lab/conftest.py): one worker's
+# waits (a host booting, a job's steps) are the other's CPU time.
 test: $(STAMP) deps
 	$(VENV)/bin/ruff check launcher tests infra bench jobs docs setup.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint .github/workflows/images.yml
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
-	$(VENV)/bin/python -m pytest -q
+	$(PY) -m compileall -q -j 0 launcher infra
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher tests infra bench jobs docs setup.py

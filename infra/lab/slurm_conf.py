@@ -88,6 +88,10 @@ class Layout:
         return self.log / "jobcomp.txt"
 
 
+CRED_EXPIRE_S = 10
+"""A job step credential's life, and so a requeued job's wait before its next start."""
+
+
 def render(layout: Layout, controller: tuple[str, str], nodes: list[tuple[str, str]]) -> str:
     """slurm.conf for `controller` (name, address) and `nodes` [(name, address), ...]."""
     name, address = controller
@@ -99,7 +103,9 @@ def render(layout: Layout, controller: tuple[str, str], nodes: list[tuple[str, s
         f"SlurmctldPort={CONTROLLER_PORT}",
         f"SlurmdPort={SLURMD_PORT}",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={layout.munge_socket}",
+        # cred_expire: a requeued job waits that long before it may start again (SLURM's
+        # default 120 s was most of each requeue test); the lab's steps start in seconds
+        f"AuthInfo=socket={layout.munge_socket},cred_expire={CRED_EXPIRE_S}",
         "CredType=cred/munge",
         f"StateSaveLocation={layout.state}",
         f"SlurmdSpoolDir={layout.spool}/%n",

@@ -6,33 +6,25 @@ the session takes the first of `gjt1`, `gjt2`, ... whose lock no other session h
 holds it to the end. The name is a slot, not a fresh name per run, so a later session finds
 that lab's registry and image store filled. A lab that was already up when the session
 began is reused and left up; a lab this session started is taken down at the end, failed
-tests or not. `test_up_down.py` cycles the whole lab through the real CLI and so runs
-before any test that holds the session lab.
+tests or not. Under pytest-xdist (`make test`) each worker is a session, with a lab of its own.
+The tests that cycle a whole lab through the real CLI (`test_up_down.py`, the SLURM cluster's
+up and down) work on a lab named after the session's (`lab_of_its_own`), so they run in any
+order beside the tests that hold the session's lab up.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from labtools import docker, lab_is_up, lab_missing, pin_line
+from labtools import GPUJOB, docker, lab_is_up, lab_missing, pin_line
 from slurmlab import slurm_cluster  # noqa: F401 (one cluster per session, every module)
-
-CYCLES = ("test_up_down.py::", "test_slurm_lab.py::test_cluster_up_twice_then_lab_down")
-"""Tests that take down what they bring up: the whole lab, then the SLURM cluster."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The whole-lab up/down cycle first: later lab tests hold the session lab up."""
-    cycle = [item for item in items if any(part in item.nodeid for part in CYCLES)]
-    if cycle:
-        rest = [item for item in items if item not in cycle]
-        items[:] = cycle + rest
-
 
 SLOTS = 32
 """Lab names a test session may take, `gjt1` to `gjt32`: more than ever run at once."""
@@ -65,6 +57,30 @@ def one_lab_session_at_a_time() -> Iterator[None]:
         with handle:
             print(f"lab: this session's lab is {naming.name()} (GPUJOB_LAB_NAME)")
             yield
+
+
+@pytest.fixture
+def lab_of_its_own(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A lab for one test that takes a whole lab up and down: named after the session's
+    (`gjt1` -> `gjt1c`), so no other session or worker has it. What a killed session left of
+    it is taken down first; its folder (registry, image store) is removed after, so cycles
+    do not fill the disk."""
+    reason = lab_missing()
+    if reason:
+        pytest.skip(reason)
+    from infra.lab import naming, network
+
+    name = f"{naming.name()[:11]}c"
+    monkeypatch.setenv(naming.VARIABLE, name)
+
+    def down() -> None:
+        if lab_is_up() or network.lab_namespaces():
+            subprocess.run([GPUJOB, "lab", "down"], capture_output=True, timeout=300)
+
+    down()
+    yield name
+    down()
+    shutil.rmtree(naming.lab_dir(), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """`gpujob lab up` and `gpujob lab down` through the real CLI: up works, down leaves nothing
 of its lab and takes nothing of another lab.
 
-Runs first among the lab tests (see conftest) because it cycles the session's lab.
+Each test cycles a lab of its own (`lab_of_its_own`), never the session's, so it runs in any
+order and on any worker beside the tests that hold the session's lab up.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from labtools import GPUJOB, lab_is_up, lab_missing, ssh
+from labtools import GPUJOB, lab_is_up, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -75,16 +77,8 @@ def recorded_daemons(lab_dir: Path) -> list[dict]:
     return [*lab["daemons"].values(), *hosts]
 
 
-def test_lab_up_then_down_leaves_nothing_behind(tmp_path):
-    reason = lab_missing()
-    if reason:
-        pytest.skip(reason)
-    if lab_is_up():
-        pytest.skip("a lab is already up on this machine; this test would tear it down")
-    from infra.lab import host_name, lab_dir, naming, network
-
-    if network.lab_namespaces():  # debris of a session that was killed: the cycle starts clean
-        assert gpujob("lab", "down").returncode == 0
+def test_lab_up_then_down_leaves_nothing_behind(lab_of_its_own: str) -> None:
+    from infra.lab import host_name, lab_dir, naming
 
     try:
         first = timed_up()  # in the try: a failed up is taken down too
@@ -126,15 +120,10 @@ def lab_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return {key: shlex.split(value)[0] for key, value in pairs}
 
 
-def test_two_labs_side_by_side_and_down_takes_only_its_own(monkeypatch) -> None:
-    """A second lab (`--name`) beside the session's: its own bridge, subnet, hosts, registry
+def test_two_labs_side_by_side_and_down_takes_only_its_own(monkeypatch, lab_of_its_own) -> None:
+    """A second lab (`--name`) beside the first: its own bridge, subnet, hosts, registry
     and folder; a host of each answers; `lab down --name` of the second leaves the first
     whole, and then the first's down leaves nothing of either."""
-    reason = lab_missing()
-    if reason:
-        pytest.skip(reason)
-    if lab_is_up():
-        pytest.skip("a lab is already up on this machine; this test would tear it down")
     from infra.lab import lab_dir, list_hosts, naming
 
     first = naming.name()
@@ -170,6 +159,7 @@ def test_two_labs_side_by_side_and_down_takes_only_its_own(monkeypatch) -> None:
         recorded, made = recorded_daemons(lab_dir()), recorded_hosts(lab_dir())
     finally:
         gpujob("lab", "down", "--name", second)
+        shutil.rmtree(f"/tmp/gpujob-lab-{second}", ignore_errors=True)  # its caches
         down = gpujob("lab", "down")
     assert down.returncode == 0, down.stderr
     assert leftovers(lab_dir(), recorded, made) == []
