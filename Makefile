@@ -23,8 +23,9 @@ deps:
 run: $(STAMP)
 	$(VENV)/bin/gpujob submit jobs/quickstart.yaml
 
-# Two pytest workers, each a session with a lab of its own (tests/lab/conftest.py): one worker's
-# waits (a host booting, a job's steps) are the other's CPU time.
+# One pytest worker: `pytest -n 2 --dist loadfile` (pytest-xdist, each worker a session with a lab
+# of its own) ran the suite in 21:37 instead of 40:19, but each such run had a test fail under
+# the load (bench/RESULTS.md); it stays opt-in until those tests hold.
 test: $(STAMP) deps
 	$(VENV)/bin/ruff check launcher tests infra bench jobs docs setup.py
 	$(VENV)/bin/lint-imports
@@ -32,7 +33,7 @@ test: $(STAMP) deps
 	$(VENV)/bin/actionlint .github/workflows/images.yml
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 	$(PY) -m compileall -q -j 0 launcher infra
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher tests infra bench jobs docs setup.py

@@ -41,8 +41,8 @@ LONGEST_FIRST = (
     "tests/lab/test_images.py",  # 41 s
 )
 """Test files by their time in one run (2026-11-27, this 2-core machine, one worker): with
-`make test`'s `-n 2 --dist loadfile` a worker takes a whole file at a time, in this order
-first, so no long file starts last while the other worker idles."""
+`pytest -n 2 --dist loadfile --no-loadscope-reorder` (pytest-xdist) a worker takes a whole
+file at a time, in this order first, so no long file starts last while the other idles."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
