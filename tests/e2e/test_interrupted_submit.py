@@ -50,13 +50,24 @@ def submit_killed(
     proc.wait()
 
 
-def check_resolvable(env: dict[str, str], job_id: str) -> str | None:
-    """status, cancel and logs of the job a killed submit left: its state after the cancel."""
+def status_rows(env: dict[str, str]) -> dict[str, dict]:
     result = gpujob(env, "status", "--json", timeout=60)
     assert result.returncode == 0, result.stderr
-    rows = {row["id"]: row for row in json.loads(result.stdout)["jobs"]}
+    return {row["id"]: row for row in json.loads(result.stdout)["jobs"]}
+
+
+def check_resolvable(env: dict[str, str], job_id: str) -> str | None:
+    """status, cancel and logs of the job a killed submit left: its state after the cancel."""
+    rows = status_rows(env)
     if job_id not in rows:
         return None  # killed before its record was written: nothing to resolve
+    # `starting` after the submit died is the node's agent's own word: it was handed the job
+    # before the kill and is starting it (adopted; on a loaded machine that takes seconds).
+    # A ghost is a job that stays so.
+    deadline = time.monotonic() + 60
+    while rows[job_id]["state"] == "starting" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rows = status_rows(env)
     assert rows[job_id]["state"] != "starting", rows[job_id]
     cancel = gpujob(env, "cancel", job_id, timeout=90)
     said = cancel.stderr.decode()
