@@ -45,7 +45,11 @@ LONGEST_FIRST = (
 file at a time, in this order first, so no long file starts last while the other idles."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers only: one worker (`make test`) keeps the order its runs were green
+    in (a run with this order on one worker had a lab host time out on the registry)."""
+    if not config.getoption("numprocesses", default=None):
+        return
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
