@@ -69,7 +69,7 @@ def start(node_dir: Path, read_wait_s: float | None = None) -> int:
         say.write(json.dumps(status) + "\n")
         say.flush()
         if code == 0 and read_wait_s is not None:
-            return read(node_dir, 0, read_wait_s)
+            return read(node_dir, 0, read_wait_s, stream=False)
         return code
 
     given = _given(node_dir)  # read first: the client's write never waits on us

@@ -31,7 +31,10 @@ POLL_MIN_S = 0.05
 POLL_MAX_S = 0.5
 BACKOFF_MAX_S = 15.0
 TAIL_BYTES = 4096
-LONG_POLL_S = 1.0  # one node: the host holds a read that finds nothing for up to this long
+LONG_POLL_S = 2.0
+"""How long one read of a follow stays on its host, streaming the log as it grows (the agent's
+`read` window): one process per node per window, where a read per round started one per new
+line. Only where each host has one node: the nodes of one host are read in turn."""
 
 
 def reconnect_budget_s() -> float:
@@ -168,7 +171,8 @@ def _follow(
 ) -> list[NodeStream]:
     delay = POLL_MIN_S
     failure_seen = False
-    wait = LONG_POLL_S if follow and len(streams) == 1 else 0.0
+    one_each = len({_host_of(stream) for stream in streams}) == len(streams)
+    wait = LONG_POLL_S if follow and one_each else 0.0
     lock = threading.Lock()
 
     def read_one(stream: NodeStream) -> dict[str, Any] | None:

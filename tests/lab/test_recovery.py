@@ -89,7 +89,7 @@ def env(clouds: dict[str, RunningFake], bucket: str, tmp_path: Path) -> Iterator
         "GPUJOB_HOSTS_FILE": str(tmp_path / "hosts.yaml"),
         "GPUJOB_CONFIG_DIR": str(config),
         "GPUJOB_SSH_KEY": str(user_key()),
-        "GPUJOB_POLL_S": "0.5",
+        "GPUJOB_POLL_S": "1",
         "GPUJOB_RETRY_BASE_S": "0.05",
         "GPUJOB_RECOVER_UNREACHABLE_S": "10",
         "GPUJOB_RECOVER_RETRY_S": "0.5",

@@ -282,7 +282,7 @@ def test_down_dry_run_changes_no_row_and_says_what_it_would_reconcile_and_cancel
     (argv,) = [node.cancel_argv(30.0) for node in target_for(job).nodes(job)]
     assert lines[1] == "  run its down hooks (config.hooks), if it has any, on node 0 first"
     assert lines[2] == f"  node 0 on {name}: {shlex.join(argv)}"
-    assert argv == ["python3", "/home/ubuntu/.gpujob/jobs/train-1/gpujob-agent.py", "cancel",
+    assert argv == ["python3", "-S", "/home/ubuntu/.gpujob/jobs/train-1/gpujob-agent.py", "cancel",
                     node_dir, "30"]  # fmt: skip
     terminated = sorted(line.split()[2] for line in lines if line.startswith("would terminate"))
     assert terminated == sorted([name, "gpujob-a100-cut"])
@@ -322,7 +322,7 @@ def test_cancel_dry_run_prints_the_argv_cancel_runs_and_changes_nothing(
     real = gpujob("cancel", "j1")
     assert real.exit_code == 0, real.stderr
     assert dry.stdout == "".join(f"node 0 on local: {shlex.join(argv)}\n" for argv in host.ran)
-    assert host.ran == [(sys.executable, f"{tmp_path}/jobs/j1/gpujob-agent.py", "cancel",
+    assert host.ran == [(sys.executable, "-S", f"{tmp_path}/jobs/j1/gpujob-agent.py", "cancel",
                          job.node_dirs[0], "30")]  # fmt: skip
     assert StateDB().job("j1").state == "cancelled"  # type: ignore[union-attr]
 

@@ -273,7 +273,7 @@ def test_the_job_starts_last_under_the_agent() -> None:
     node = plan_of(spec_of()).nodes[0]
     last = node.steps[-1]
     assert isinstance(last, RunCommand) and last.starts_job
-    assert last.argv == ("/usr/bin/python3", "/jobs/job-1/gpujob-agent.py", "start",
+    assert last.argv == ("/usr/bin/python3", "-S", "/jobs/job-1/gpujob-agent.py", "start",
                          "/jobs/job-1/node-0")  # fmt: skip
     assert [s for s in node.steps if isinstance(s, RunCommand) and s.starts_job] == [last]
 
