@@ -133,7 +133,7 @@ def job_spec(tmp_path: Path, *, steps: int = STEPS, nodes: int = 1, restarts: in
     spec.write_text(
         f"name: qs\nimage: lab-cpu\nworkdir: {REPO / 'jobs' / 'quickstart'}\nnodes: {nodes}\n"
         "resources: {cpus: 2, disk_gb: 1}\n"
-        "run: {entrypoint: train.py, nproc_per_node: 2, args: "
+        "run: {entrypoint: train.py, nproc_per_node: 1, args: "
         f'["--steps", "{steps}", "--seq-len", "64", "--log-every", "1"]}}\n'
         "batch: {global_batch: 16, micro_batch: 4}\nenvs: {OMP_NUM_THREADS: 1}\n"
         "checkpoints: {dir: checkpoints, every_steps: 10, keep_last: 2, sync_to: 'lab:runs/qs'}\n"
@@ -454,7 +454,7 @@ def test_only_the_lost_node_is_rented_again_and_the_two_nodes_resume_together(
     assert f"replacing only node {lost} ({name}); keeping node {kept}" in log, log
     assert "renting every node again" not in log, log
     check_resumed(bytes(submit.out), STEPS, step)
-    assert bytes(submit.out).count(b"rank 3/4: ready") == 2  # both nodes, in both attempts
+    assert bytes(submit.out).count(b"rank 1/2: ready") == 2  # both nodes, in both attempts
     assert live(fake, "lambda") == []
     down = subprocess.run([GPUJOB, "down", "--all"], env=env, capture_output=True, timeout=300)
     assert rulesets(fake) == [], down.stderr
@@ -555,7 +555,7 @@ def test_sync_ckpt_pushes_a_rented_jobs_checkpoints_and_a_pull_verifies_them(
     spec.write_text(
         f"name: qs\nimage: lab-cpu\nworkdir: {REPO / 'jobs' / 'quickstart'}\n"
         "resources: {cpus: 2, disk_gb: 1}\n"
-        "run: {entrypoint: train.py, nproc_per_node: 2, args: "
+        "run: {entrypoint: train.py, nproc_per_node: 1, args: "
         '["--steps", "20", "--seq-len", "64", "--log-every", "5"]}\n'
         "batch: {global_batch: 16, micro_batch: 4}\nenvs: {OMP_NUM_THREADS: 1}\n"
         "checkpoints: {dir: checkpoints, every_steps: 10, keep_last: 2}\n"
