@@ -105,12 +105,16 @@ LONG_JOB = (
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
     """Poll until an observable state holds. The deadline only guards against a hang and fails
-    naming what never happened: what a test asserts is the state, never how long it took."""
-    deadline = time.monotonic() + timeout
+    naming what never happened: what a test asserts is the state, never how long it took.
+    Asked again after 50 ms, then less often, up to every 0.5 s: many conditions start a
+    process or ask S3, and a wait of minutes at 20 a second took a core from the test run
+    beside it."""
+    deadline, pause = time.monotonic() + timeout, 0.05
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: still not so after {timeout:.0f} s")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.5)
 
 
 def read_some(pipe: IO[bytes], what: str, timeout: float = 120) -> bytes:

@@ -34,11 +34,13 @@ def free_port() -> int:
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+    """Asked after 0.1 s, then less often (up to every 0.5 s): a condition may ask S3."""
+    deadline, pause = time.monotonic() + timeout, 0.1
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.5)
     raise AssertionError(f"timed out waiting for {what}")
 
 
