@@ -18,22 +18,19 @@ from pathlib import Path
 
 import gpujob_capture
 import torch
+from model import CausalLM, ModelConfig
 from safetensors.torch import load_file
 from train import micro_step, parse_args
-from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def model_for(args, checkpoint: str | None, device: torch.device) -> LlamaForCausalLM:
+def model_for(args, checkpoint: str | None, device: torch.device) -> CausalLM:
     if checkpoint:
-        config = LlamaConfig.from_pretrained(checkpoint)
+        config = ModelConfig.load(Path(checkpoint))
     else:
         torch.manual_seed(args.seed)
-        config = LlamaConfig(vocab_size=256, hidden_size=args.hidden,
-                             intermediate_size=args.hidden * 4, num_hidden_layers=args.layers,
-                             num_attention_heads=args.heads, num_key_value_heads=args.heads,
-                             max_position_embeddings=max(128, args.seq_len))  # fmt: skip
+        config = ModelConfig.for_run(args.hidden, args.layers, args.heads, args.seq_len)
     with torch.device(device):
-        model = LlamaForCausalLM(config)
+        model = CausalLM(config)
     if checkpoint:
         weights: dict = {}
         for shard in sorted(Path(checkpoint).glob("*.safetensors")):

@@ -1,12 +1,14 @@
 """Quickstart training: a small causal LM with random weights, trained with DDP under torchrun.
 
-No download anywhere: the model is built from a transformers config, the text is generated
-here (a tiny grammar, byte-level tokens), so the loss falls quickly and visibly. gpujob passes
+No download anywhere: the model is a small Llama-style LM in plain torch (model.py: no
+transformers import, a third of a CPU rank's time), the text is generated here (a tiny
+grammar, byte-level tokens), so the loss falls quickly and visibly. gpujob passes
 the derived batch sizes and checkpoint settings as GPUJOB_* variables; flags override them.
 `GPUJOB_MAX_STEPS` (a rung of `submit --ladder`) caps `--steps`.
-Checkpoints follow the Hugging Face layout (`checkpoint-N/`, `trainer_state.json` written
-last), saved by rank 0 into a temporary folder and renamed, so a half-written one never
-carries the final name; then the `.gpujob-complete` marker (gpujob's contract, see
+Checkpoints follow the Hugging Face layout (`checkpoint-N/`: `model.safetensors` and
+`config.json` that transformers' LlamaForCausalLM loads, `trainer_state.json` written last),
+saved by rank 0 into a temporary folder and renamed, so a half-written one never carries
+the final name; then the `.gpujob-complete` marker (gpujob's contract, see
 launcher/agent/ckpt_store.py) says the save returned, and only then may gpujob sync it.
 
 SIGTERM (a cancel, `max_duration`, a GPU-idle stop: gpujob's agent sends it, and torchrun
@@ -45,8 +47,8 @@ from typing import NoReturn, TextIO
 
 import torch
 import torch.distributed as dist
+from model import CausalLM, ModelConfig
 from torch.nn.parallel import DistributedDataParallel
-from transformers import LlamaConfig, LlamaForCausalLM
 
 try:  # shipped by gpujob into the job's pylib/ (on PYTHONPATH): see replay.py
     import gpujob_capture
@@ -155,14 +157,19 @@ def set_rng_state(state: dict, data: Batches) -> None:
 
 
 def save_checkpoint(
-    model: torch.nn.Module, optimizer, step: int, loss: float, args, rng_states: list[dict]
+    model: CausalLM, optimizer, step: int, loss: float, args, rng_states: list[dict]
 ) -> Path:
+    from safetensors.torch import save_file
+
     root = Path(args.checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"checkpoint-{step}"
     tmp = root / f".tmp-checkpoint-{step}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    tmp.mkdir()
+    # "format": "pt" is what save_pretrained writes and transformers' loader looks for
+    save_file(model.state_dict(), tmp / "model.safetensors", metadata={"format": "pt"})
+    model.config.save(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     for rank, state in enumerate(rng_states):
         torch.save(state, tmp / f"rng_state_{rank}.pth")
@@ -358,17 +365,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     say(f"rank {rank}/{world}: ready on {device} ({socket.gethostname()})")
 
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=args.hidden,
-        intermediate_size=args.hidden * 4,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.heads,
-        max_position_embeddings=max(128, args.seq_len),
-    )
+    config = ModelConfig.for_run(args.hidden, args.layers, args.heads, args.seq_len)
     with torch.device(device):  # built where it trains: a 1B model on the CPU takes ~15 s
-        model = LlamaForCausalLM(config)
+        model = CausalLM(config)
     params = sum(p.numel() for p in model.parameters())
     start, loss_value, resumed = 0, float("nan"), None
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # DDP's are the same ones
@@ -465,7 +464,7 @@ def main() -> None:
 def micro_step(model, inputs: torch.Tensor, labels: torch.Tensor, accum: int) -> torch.Tensor:
     """One micro-batch's forward and backward; its loss (detached) as a share of the step's.
     replay.py runs it too, on a captured step's batches."""
-    logits = model(input_ids=inputs).logits
+    logits = model(inputs)
     loss = torch.nn.functional.cross_entropy(
         logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1)
     )

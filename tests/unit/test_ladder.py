@@ -165,7 +165,7 @@ def test_throughput_is_the_steady_figure_else_the_last_rate() -> None:
     saved = (
         "step 10/100000 loss 3.2800 tokens/s 23058\nWriting model shards: 100%|##########| "
         "1/1 [00:00<00:00, 909.24it/s]\ncheckpoint saved: ckpt/checkpoint-10"
-    )  # the quickstart's
+    )  # a job that saves with save_pretrained (transformers draws this bar)
     assert throughput(saved) == "23058 tokens/s"
     assert throughput(" 10%|#  | 10/100 [00:05<00:45,  2.00it/s]") == "2 it/s"  # HF Trainer's bar
 
