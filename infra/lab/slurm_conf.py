@@ -130,7 +130,9 @@ def render(layout: Layout, controller: tuple[str, str], nodes: list[tuple[str, s
         "MailProg=/bin/true",
         "ReturnToService=2",
         "MinJobAge=300",
-        "KillWait=5",
+        # a scancel's TERM, then SIGKILL after this: the node step's cancel of a job whose
+        # agent died runs inside it, and at 5 s a loaded machine (two test runs) cut it short
+        "KillWait=10",
         f"DefMemPerCPU={DEF_MEM_PER_CPU_MB}",
         "EnforcePartLimits=ALL",
     ]

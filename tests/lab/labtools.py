@@ -103,18 +103,19 @@ LONG_JOB = (
 """A 100,000-line job that takes a while: long enough for 10 cut connections."""
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout: float = 120, every: float = 0.05
+) -> None:
     """Poll until an observable state holds. The deadline only guards against a hang and fails
     naming what never happened: what a test asserts is the state, never how long it took.
-    Asked again after 50 ms, then less often, up to every 0.5 s: many conditions start a
-    process or ask S3, and a wait of minutes at 20 a second took a core from the test run
-    beside it."""
-    deadline, pause = time.monotonic() + timeout, 0.05
+    `every`: a condition that starts a process or asks S3 passes 0.5 (20 such asks a second,
+    for minutes, took a core from the test run beside it); one that reads memory or a file
+    keeps 50 ms, which catches a job between two of its steps."""
+    deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: still not so after {timeout:.0f} s")
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.5)
+        time.sleep(every)
 
 
 def read_some(pipe: IO[bytes], what: str, timeout: float = 120) -> bytes:

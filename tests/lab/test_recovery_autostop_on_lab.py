@@ -45,7 +45,9 @@ def test_a_kept_host_is_not_ended_by_its_autostop_while_the_lost_node_is_replace
                               "--autostop-key-on-host", "--job-id", job_id)  # fmt: skip
     submit.wait_for(rf"step 13/{recovery.STEPS}".encode())
     recovery.pause_job(job_id)
-    wait_until(lambda: recovery.synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3")
+    wait_until(
+        lambda: recovery.synced(bucket, job_id, "checkpoint-10"), "checkpoint-10 in S3", every=0.5
+    )
     before = [json.loads(r) for r in recovery.job_row_hosts(env, job_id)]
     kept = before[0]["instance"].split(":", 1)[1]
     assert autostop.watcher(backend, kept).get("idle_s") == 6, autostop.watcher(backend, kept)

@@ -402,7 +402,9 @@ def test_a_detached_job_whose_node_0_fails_has_node_1_stopped_by_its_keeper(
     assert b"keeper pid" in started.stderr
     wait_until(lambda: b"node 1 runs on" in docker_lab.job_log(1, "kept", 1), "node 1 to run")
     (docker_lab.node_dir(0, "kept", 0).parent / "workdir" / "fail-now").touch()
-    wait_until(lambda: containers(docker_lab, 1, "kept") == [], "node 1's container to stop")
+    wait_until(
+        lambda: containers(docker_lab, 1, "kept") == [], "node 1's container to stop", every=0.5
+    )
     status = json.loads((docker_lab.node_dir(1, "kept", 1) / "status.json").read_text())
     assert status["state"] == "cancelled"
     keeper_log = Path(env["GPUJOB_STATE_DIR"]) / "keeper" / "kept.log"

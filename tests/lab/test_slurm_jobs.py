@@ -245,9 +245,11 @@ def test_a_rank_failing_on_node_1(slurm_cluster, env: dict[str, str], tmp_path: 
     assert "[node 1] rank on node 1: ValueError: shard 7 is corrupt" in done.stderr
     head = re.search(r"head (\S+)", done.stdout).group(1)  # type: ignore[union-attr]
     assert head == slurm_cluster.nodes[sorted(slurm_cluster.nodes)[0]]  # node 0's NodeAddr
-    wait_until(lambda: squeue(slurm_cluster) == "", "the job gone from squeue", timeout=30)
+    wait_until(
+        lambda: squeue(slurm_cluster) == "", "the job gone from squeue", timeout=30, every=0.5
+    )
     wait_until(lambda: no_job_processes(slurm_cluster, job_id), "no process of the job left",
-               timeout=30)  # fmt: skip
+               timeout=30, every=0.5)  # fmt: skip
 
 
 def test_cancel_while_running(slurm_cluster, env: dict[str, str], tmp_path: Path) -> None:
@@ -267,7 +269,7 @@ def test_cancel_while_running(slurm_cluster, env: dict[str, str], tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert squeue(slurm_cluster) == ""
     wait_until(lambda: no_job_processes(slurm_cluster, job_id), "no process of the job left",
-               timeout=30)  # fmt: skip
+               timeout=30, every=0.5)  # fmt: skip
     states = [json.loads((folder / f"node-{r}" / "status.json").read_text())["state"]
               for r in (0, 1)]  # fmt: skip
     assert states == ["cancelled", "cancelled"]
@@ -303,9 +305,11 @@ def test_a_killed_agent_leaves_nothing_of_the_job_on_the_nodes(
 
     done = gpujob(env, "cancel", job_id)
     assert done.returncode == 0, done.stderr
-    wait_until(lambda: squeue(slurm_cluster) == "", "the job gone from squeue", timeout=60)
+    wait_until(
+        lambda: squeue(slurm_cluster) == "", "the job gone from squeue", timeout=60, every=0.5
+    )
     wait_until(lambda: no_job_processes(slurm_cluster, job_id), "no process of the job left",
-               timeout=30)  # fmt: skip
+               timeout=30, every=0.5)  # fmt: skip
     node_0 = json.loads((folder / "node-0" / "status.json").read_text())
     # the node step saw the supervisor gone first (it looks every 0.1 s), or scancel's TERM
     # reached it first: either way the agent stopped what was left and recorded why

@@ -172,7 +172,9 @@ def test_two_node_batch_job_writes_both_node_names_to_the_shared_folder(slurm_cl
     state = f"scontrol -o show job {job} | grep -o 'JobState=[A-Z]*'"
     from labtools import wait_until
 
-    wait_until(lambda: "COMPLETED" in login_ssh(slurm_cluster, state).stdout, f"job {job} done")
+    wait_until(
+        lambda: "COMPLETED" in login_ssh(slurm_cluster, state).stdout, f"job {job} done", every=0.5
+    )
     history = login_ssh(slurm_cluster, f"sacct -c -n -j {job} -o JobID,State")
     assert history.returncode == 0, history.stderr
     assert history.stdout.split() == [job, "COMPLETED"]

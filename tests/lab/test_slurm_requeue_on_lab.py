@@ -116,7 +116,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_succeeded(
     assert sacct(slurm_cluster, slurm_job) == ("COMPLETED", "0:0")
     assert (folder / "node-0" / "attempt-1" / "status.json").exists()
     wait_until(lambda: no_job_processes(slurm_cluster, job_id), "no process of either attempt",
-               timeout=30)  # fmt: skip
+               timeout=30, every=0.5)  # fmt: skip
     left = [p for p in folder.rglob("*") if p.name in ("secrets.json", "secrets.env")]
     assert not left and not (folder / "requeue").exists(), left
 

@@ -34,13 +34,11 @@ def free_port() -> int:
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    """Asked after 0.1 s, then less often (up to every 0.5 s): a condition may ask S3."""
-    deadline, pause = time.monotonic() + timeout, 0.1
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.5)
+        time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
 
 
