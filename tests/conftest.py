@@ -46,8 +46,9 @@ file at a time, in this order first, so no long file starts last while the other
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On xdist workers only: one worker (`make test`) keeps the order its runs were green
-    in (a run with this order on one worker had a lab host time out on the registry)."""
+    """On xdist workers only (`make test`): one process (TEST_WORKERS=0) keeps the order its
+    runs were green in (a run with this order in one process had a lab host time out on the
+    registry)."""
     if not config.getoption("numprocesses", default=None):
         return
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}

@@ -6,7 +6,8 @@ the session takes the first of `gjt1`, `gjt2`, ... whose lock no other session h
 holds it to the end. The name is a slot, not a fresh name per run, so a later session finds
 that lab's registry and image store filled. A lab that was already up when the session
 began is reused and left up; a lab this session started is taken down at the end, failed
-tests or not. Under pytest-xdist (`-n 2`, opt-in) each worker is a session, with a lab of its own.
+tests or not. Under pytest-xdist (`make test` runs `-n 2`) each worker is a session, with a
+lab of its own.
 The tests that cycle a whole lab through the real CLI (`test_up_down.py`, the SLURM cluster's
 up and down) work on a lab named after the session's (`lab_of_its_own`), so they run in any
 order beside the tests that hold the session's lab up.
