@@ -5,9 +5,10 @@ machine (two checkouts, CI beside a demo) never meet: unless `GPUJOB_LAB_NAME` n
 the session takes the first of `gjt1`, `gjt2`, ... whose lock no other session holds, and
 holds it to the end. The name is a slot, not a fresh name per run, so a later session finds
 that lab's registry and image store filled. A lab that was already up when the session
-began is reused and left up; a lab this session started is taken down at the end, failed
-tests or not. Under pytest-xdist (`make test` runs `-n 2`) each worker is a session, with a
-lab of its own.
+began is reused, and left up where GPUJOB_LAB_NAME named it (a developer's); a lab this
+session started, or found up under a slot it took itself (a killed session's), is taken down
+at the end, failed tests or not. Under pytest-xdist (`make test` runs `-n 2`) each worker
+is a session, with a lab of its own.
 The tests that cycle a whole lab through the real CLI (`test_up_down.py`, the SLURM cluster's
 up and down) work on a lab named after the session's (`lab_of_its_own`), so they run in any
 order beside the tests that hold the session's lab up.
@@ -29,6 +30,10 @@ from slurmlab import slurm_cluster  # noqa: F401 (one cluster per session, every
 
 SLOTS = 32
 """Lab names a test session may take, `gjt1` to `gjt32`: more than ever run at once."""
+PICKED: list[str] = []
+"""The slot this session took itself (no GPUJOB_LAB_NAME given): whatever of that lab is up
+is the debris of a killed session (an xdist run stopped with Ctrl-C), so this session takes
+it down at its end too."""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -55,6 +60,8 @@ def one_lab_session_at_a_time() -> Iterator[None]:
                 break
         else:
             pytest.fail(f"lab: all {SLOTS} test lab names are in use on this machine")
+        if not chosen:
+            PICKED.append(naming.name())
         with handle:
             print(f"lab: this session's lab is {naming.name()} (GPUJOB_LAB_NAME)")
             yield
@@ -92,7 +99,7 @@ def lab() -> Iterator[None]:
         pytest.skip(reason)
     import infra.lab
 
-    started = not lab_is_up()
+    started = bool(PICKED) or not lab_is_up()
     infra.lab.up(hosts=0, report=lambda line: print(f"lab: {line}"))
     try:
         yield
