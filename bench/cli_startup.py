@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,9 +54,20 @@ def main() -> None:
         "(PYTHONPATH=TREE), interleaved: before and after a change",
     )
     args = parser.parse_args()
+    state = tempfile.mkdtemp(prefix="gpujob-bench-")
+    try:
+        measure(args, state)
+    finally:  # the state's SSH control folder, then the folder: nothing left in /tmp
+        from launcher.remote.openssh import close_state
+
+        close_state(Path(state))
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, state: str) -> None:
     python = sys.executable
     gpujob = str(Path(python).with_name("gpujob"))
-    env = dict(os.environ, GPUJOB_STATE_DIR=tempfile.mkdtemp(prefix="gpujob-bench-"))
+    env = dict(os.environ, GPUJOB_STATE_DIR=state)
     if args.jobs:
         record_history(Path(env["GPUJOB_STATE_DIR"]), args.jobs)
         print(f"state: {args.jobs} ended jobs recorded")
@@ -82,9 +94,6 @@ def main() -> None:
     for name, cli_args in (("--help", ["--help"]), ("status", ["status"])):
         found = heavy_imports(python, cli_args, env)
         print(f"heavy modules imported by gpujob {name}: {', '.join(found) or 'none'}")
-    from launcher.remote.openssh import close_state
-
-    close_state(Path(env["GPUJOB_STATE_DIR"]))
 
 
 def record_history(state: Path, count: int) -> None:
