@@ -18,6 +18,8 @@ RUNTIMES_SOURCE = Path(__file__).with_name("runtimes.py")
 """How a job runs there (bare or in a container), shipped beside the agent."""
 STOPPING_SOURCE = Path(__file__).with_name("stopping.py")
 """A node's end as the agent reads it, and its cancel: shipped beside the agent."""
+SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor.py")
+"""The process `start` forks to run and watch the job: shipped beside the agent."""
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
     for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_tracker.py",
@@ -48,7 +50,8 @@ NOTIFY_SOURCE = str(Path(__file__).with_name("notify.py"))
 BUCKETS_SOURCE = str(Path(__file__).with_name("bucket_mounts.py"))
 """Bucket file_mounts' fetch and uploads: shipped beside the agent only for a job with them."""
 AGENT_MODULES = (str(AGENT_OS_SOURCE), str(STATES_SOURCE), str(RUNTIMES_SOURCE),
-                 str(STOPPING_SOURCE), *CHECKPOINT_SOURCES, str(LIMITS_SOURCE),
+                 str(STOPPING_SOURCE), str(SUPERVISOR_SOURCE), *CHECKPOINT_SOURCES,
+                 str(LIMITS_SOURCE),
                  str(RESERVE_SOURCE), str(HUNG_SOURCE), str(RANK_MEMORY_SOURCE),
                  *METRICS_SOURCES)  # fmt: skip
 

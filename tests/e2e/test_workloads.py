@@ -29,7 +29,13 @@ def gpujob(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_skypilot_style_run_block_trains_on_two_nodes(tmp_path: Path) -> None:
-    done = gpujob(tmp_path, "submit", "jobs/sky-torchrun.yaml", "--job-id", "sky-e2e")
+    """Its rendezvous port is a free one: the task's 8008 is this machine's, which another
+    test run beside this one may hold."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = gpujob(tmp_path, "submit", "jobs/sky-torchrun.yaml", "--job-id", "sky-e2e",
+                  "--set", f"envs.RDZV_PORT={port}")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     out = done.stdout
     assert "[node 0] node 0 of 2, master 127.0.0.1" in out

@@ -162,8 +162,14 @@ class Command:
 
     def wait_for(self, pattern: bytes, timeout: float = 600, stdout: bool = True) -> None:
         stream = self.out if stdout else self.err
-        wait_until(lambda: re.search(pattern, stream) is not None or self.proc.poll() is not None,
-                   f"gpujob printing {pattern!r}", timeout)  # fmt: skip
+
+        def seen() -> bool:
+            return re.search(pattern, stream) is not None or self.proc.poll() is not None
+
+        try:
+            wait_until(seen, f"gpujob printing {pattern!r}", timeout)
+        except AssertionError as never:  # what it printed instead, to tell a hung job apart
+            raise AssertionError(f"{never}\n{self.text()}") from None
         assert re.search(pattern, stream), self.text()
 
     def finish(self, timeout: float = 900) -> int:
@@ -183,12 +189,19 @@ class Command:
 
 def pause_job(job_id: str) -> list[int]:
     """SIGSTOP every process of the job on its host (found by GPUJOB_JOB_ID in their
-    environment): the job stays where it is until its host goes."""
+    environment, in a network namespace of this session's lab: a test run beside this one
+    runs a job of the same id on its own lab): the job stays where it is until its host goes."""
+    from infra.lab import network
+
+    ours = {(network.NETNS_DIR / name).stat().st_ino for name in network.lab_namespaces()}
     mark = f"GPUJOB_JOB_ID={job_id}\0".encode()
     paused = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if mark in Path(f"/proc/{pid}/environ").read_bytes():
+            if (
+                mark in Path(f"/proc/{pid}/environ").read_bytes()
+                and os.stat(f"/proc/{pid}/ns/net").st_ino in ours
+            ):
                 os.kill(int(pid), signal.SIGSTOP)
                 paused.append(int(pid))
         except (OSError, ProcessLookupError):

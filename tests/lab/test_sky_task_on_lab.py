@@ -82,7 +82,8 @@ def test_a_skypilot_task_file_as_written_runs_on_two_hosts_in_its_container(
 
     project = tmp_path / "project"  # SkyPilot's workdir `.`: the folder `sky launch` runs in
     project.mkdir()
-    (project / "train.py").write_text((REPO / "jobs" / "quickstart" / "train.py").read_text())
+    for name in ("train.py", "model.py"):  # the quickstart's program and its model
+        (project / name).write_text((REPO / "jobs" / "quickstart" / name).read_text())
     image = f"{registry.address()}/{job_image.TAG}"
     (project / "task.yaml").write_text(SKY_TASK.format(image=image))
     argv = [GPUJOB, "submit", "task.yaml", "--on", "ta,tb", "--job-id", "sky-task-lab"]
