@@ -103,6 +103,21 @@ LONG_JOB = (
 """A 100,000-line job that takes a while: long enough for 10 cut connections."""
 
 
+def lab_processes() -> list[int]:
+    """The pids of processes in this session's lab hosts (their network namespaces): a test
+    run beside this one runs jobs of the same ids, and servers on the same ports, on its own
+    lab, and a scan of /proc must not take those for this session's."""
+    from infra.lab import network
+
+    ours = {(network.NETNS_DIR / name).stat().st_ino for name in network.lab_namespaces()}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{pid}/ns/net").st_ino in ours:
+                found.append(int(pid))
+    return found
+
+
 def wait_until(
     condition: Callable[[], bool], what: str, timeout: float = 120, every: float = 0.05
 ) -> None:

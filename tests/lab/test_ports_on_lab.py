@@ -7,7 +7,6 @@ with tensorboard on the task's PATH) and gone from the host once the job is canc
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 from labtools import (
     free_port,
     get,
+    lab_processes,
     listening,
     page_or_empty,
     read_some,
@@ -176,7 +176,7 @@ def _record() -> dict:
 
 
 def _pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    return lab_processes()  # a run beside this one has a TensorBoard on the same port
 
 
 def _cmd(pid: int) -> bytes:

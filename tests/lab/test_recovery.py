@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import requests
 import test_up_hosts as up_hosts
-from labtools import GPUJOB, wait_until
+from labtools import GPUJOB, lab_processes, wait_until
 
 from infra.fakes import LAMBDA_API_KEY, VAST_API_KEY, RunningFake
 from infra.fakes.webhook import TOKEN, Webhook
@@ -189,21 +189,15 @@ class Command:
 
 def pause_job(job_id: str) -> list[int]:
     """SIGSTOP every process of the job on its host (found by GPUJOB_JOB_ID in their
-    environment, in a network namespace of this session's lab: a test run beside this one
-    runs a job of the same id on its own lab): the job stays where it is until its host goes."""
-    from infra.lab import network
-
-    ours = {(network.NETNS_DIR / name).stat().st_ino for name in network.lab_namespaces()}
+    environment, among this session's lab processes: a test run beside this one runs a job
+    of the same id on its own lab): the job stays where it is until its host goes."""
     mark = f"GPUJOB_JOB_ID={job_id}\0".encode()
     paused = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in lab_processes():
         try:
-            if (
-                mark in Path(f"/proc/{pid}/environ").read_bytes()
-                and os.stat(f"/proc/{pid}/ns/net").st_ino in ours
-            ):
-                os.kill(int(pid), signal.SIGSTOP)
-                paused.append(int(pid))
+            if mark in Path(f"/proc/{pid}/environ").read_bytes():
+                os.kill(pid, signal.SIGSTOP)
+                paused.append(pid)
         except (OSError, ProcessLookupError):
             continue
     assert paused, f"no process of job {job_id} found"
