@@ -48,15 +48,15 @@ def now_in_ticks() -> int:
     return int(uptime * os.sysconf("SC_CLK_TCK"))
 
 
-def in_host_namespaces(namespaces: dict[str, str]) -> list[str]:
+def in_host_namespaces(namespaces: dict[str, str], settled: int) -> list[str]:
     """Processes still in a cluster host's namespaces. The /etc/slurm binds live only in the
     hosts' mount namespaces, which the kernel frees with every mount in them once no process
     is left there (the network namespaces' /run/netns pins are checked by name apart). Only
-    processes that started before now count: a namespace made after the hosts went may
-    reuse a freed number (another session's container), but none of its processes is ours."""
+    processes that started by `settled` (ticks, taken before the down) count: a namespace
+    made once the hosts went may reuse a freed number (another session's container, made
+    between the down and this look), but none of its processes is ours."""
     from infra.lab import state
 
-    settled = now_in_ticks()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -71,13 +71,14 @@ def in_host_namespaces(namespaces: dict[str, str]) -> list[str]:
     return found
 
 
-def leftovers(records: list[dict], namespaces: dict[str, str]) -> list[str]:
-    """Everything of the cluster still on the machine, in words (empty when clean)."""
+def leftovers(records: list[dict], namespaces: dict[str, str], settled: int) -> list[str]:
+    """Everything of the cluster still on the machine, in words (empty when clean);
+    `settled`: the kernel's clock before the down (in_host_namespaces)."""
     from infra.lab import naming, network, slurm, state
 
     found = [f"pid {r['pid']} {' '.join(r['argv'][-4:])}" for r in records if state.alive(r)]
     found += [f"netns {name}" for name in slurm.host_names() if network.netns_exists(name)]
-    found += in_host_namespaces(namespaces)
+    found += in_host_namespaces(namespaces, settled)
     ours = f"{state.lab_dir()}/"  # every daemon of this lab's cluster names a file in it
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -128,6 +129,7 @@ def test_cluster_up_twice_then_lab_down_leaves_nothing_behind(lab_of_its_own: st
         assert state.start_time(job_pid) is not None
         records.append({"pid": job_pid, "start": state.start_time(job_pid), "argv": ["job"]})
     finally:
+        settled = now_in_ticks()
         if lab_is_up():  # the rest of the lab was up before: only the cluster goes
             slurm.down()
             down = None
@@ -137,7 +139,7 @@ def test_cluster_up_twice_then_lab_down_leaves_nothing_behind(lab_of_its_own: st
     if down is not None:
         assert down.returncode == 0, down.stderr
         assert "lab: SLURM cluster" in down.stderr
-    assert leftovers(records, namespaces) == []
+    assert leftovers(records, namespaces, settled) == []
 
 
 def test_sinfo_on_the_login_host_shows_two_idle_nodes(slurm_cluster) -> None:
