@@ -228,7 +228,11 @@ def cancel(node_dir: Path, grace_s: float, agent_gone: bool = False) -> int:
     unsupervised = bool(recorded) and recorded.get("state") not in TERMINAL and not live
     left = leftovers(node_dir, recorded, config) if unsupervised else Leftovers()
     step = cancel_step(recorded.get("state"), live, left.any)
-    if step == ENDED or (step == NOTHING_LEFT and not agent_gone):
+    if step == NOTHING_LEFT and (agent_gone or config.get("slurm")):
+        # under SLURM the node's status.json is all there is (status_of looks for no
+        # supervisor there): an end left unrecorded would read `running` for good
+        return _record_agent_death(node_dir, recorded, "", agent_gone)
+    if step in (ENDED, NOTHING_LEFT):
         if step == ENDED and config.get("runtime") == "docker":
             remove_container(config.get("container") or recorded.get("container"))
         return _say(dict(status_of(node_dir), had_ended=True))
@@ -290,12 +294,22 @@ def _stop_leftovers(
     if still.any:
         log_line(node_dir, f"cancel: the job's processes are still there ({still.what})")
         return _say(dict(status_of(node_dir), cancel_failed=f"still running: {still.what}"), 1)
+    return _record_agent_death(node_dir, status, left.what, agent_gone)
+
+
+def _record_agent_death(
+    node_dir: Path, status: dict[str, Any], stopped: str, agent_gone: bool
+) -> int:
+    """The end the dead supervisor did not record: `lost` when SLURM's node step found it
+    dead, else `cancelled`; `stopped` names what was stopped ("": nothing was left)."""
     if agent_gone:
-        status.update(state=LOST, reason=f"the agent died; the node's SLURM step stopped what "
-                      f"was left of the job ({left.what})")  # fmt: skip
+        what = (f"stopped what was left of the job ({stopped})" if stopped
+                else "found nothing of the job left")  # fmt: skip
+        status.update(state=LOST, reason=f"the agent died; the node's SLURM step {what}")
     else:
+        what = f"{stopped} stopped" if stopped else "nothing of the job was left"
         status.update(state=CANCELLED, exit_code=143,
-                      reason=f"cancelled after the agent died ({left.what} stopped)")  # fmt: skip
+                      reason=f"cancelled after the agent died ({what})")  # fmt: skip
     status["ended_at"] = time.time()
     write_status(node_dir, status)  # through the reserve the dead supervisor left, if full
     return _say(status)
