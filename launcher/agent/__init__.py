@@ -23,7 +23,7 @@ SUPERVISOR_SOURCE = Path(__file__).with_name("supervisor.py")
 CHECKPOINT_SOURCES = tuple(
     str(Path(__file__).with_name(name))
     for name in ("ckpt_store.py", "ckpt_rclone.py", "ckpt_sync.py", "ckpt_tracker.py",
-                 "ckpt_logs.py", "ckpt_watch.py", "ckpt_captures.py")
+                 "ckpt_logs.py", "ckpt_watch.py", "ckpt_disk.py", "ckpt_captures.py")
 )  # fmt: skip
 """Shipped beside the agent under the same names: it imports them as sibling modules."""
 RESERVE_SOURCE = Path(__file__).with_name("reserve.py")

@@ -7,13 +7,8 @@ One thread beside the supervisor's wait loop, looking every `interval_s`:
    so that a slow upload never delays the disk samples;
 4. delete complete checkpoints beyond `keep_last`, oldest step first, only once synced when
    a sync target is set, never the newest complete one, never one a hook still needs;
-5. sample the disk: warnings at 60/80/90% into the job log and status; at 95%, or when the
-   next save (measured size of the last one) would not fit, pause the job (SIGSTOP, so no
-   save starts meanwhile), sync and prune, resume it; if that does not free enough, stop it
-   cleanly with the reason, before a save can fail half-written (seed 002: ENOSPC at step
-   9000 while save_total_limit was not honoured). A pause of many minutes on one node of a
-   multi-node job can trip the other nodes' collective timeouts; it only happens when the
-   alternative is a disk full mid-save.
+5. look at the disk (ckpt_disk): warnings, and before a save could not fit, the job paused
+   while syncing and pruning, or stopped cleanly with the reason.
 Works whatever the training framework does with its own limit.
 """
 
@@ -22,21 +17,16 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ckpt_captures
+import ckpt_disk
 import ckpt_logs
 import ckpt_store
 import ckpt_sync
-
-WARN_AT = (60, 80, 90)
-ACT_AT = 95.0
-HEADROOM = 1.05
-"""The next save must fit with 5% to spare, or the agent acts before it starts."""
 
 
 @dataclass
@@ -94,14 +84,12 @@ class Watcher:
     hooked: set[str] = field(default_factory=set)
     adopter: ckpt_store.Adopter = field(default_factory=ckpt_store.Adopter)
     hook: tuple[str, subprocess.Popen[bytes]] | None = None
-    warned: int = 0
-    last_size: int = 0
-    stopped: str | None = None
     sync_failures: int = 0
     syncing: threading.Thread | None = None
     logs: ckpt_logs.LogShipper = field(init=False)
     kept: ckpt_logs.HookOutputs = field(init=False)
     captures: ckpt_captures.CaptureShipper = field(init=False)
+    disk: ckpt_disk.DiskGuard = field(init=False)
     told: set[str] = field(default_factory=set)
     """Folders the log already named as checkpoints of no rule (said once each)."""
     saved: Callable[[str], None] = lambda _: None
@@ -115,6 +103,11 @@ class Watcher:
         self.adopter.rule = self.config.complete_when
         self.captures = ckpt_captures.CaptureShipper(config.root, config.sync_to, self.env,
                                                      self.say)  # fmt: skip
+        self.disk = ckpt_disk.DiskGuard(
+            config.root, config.keep_last, config.sync_to, self.synced, say=self.say,
+            publish=self.publish, stop_job=self.stop_job, pause_job=self.pause_job,
+            make_room=self._make_room,
+        )  # fmt: skip
 
     def tick(self) -> None:
         self.logs.ship()
@@ -126,12 +119,12 @@ class Watcher:
         self._unrecognised()
         done = ckpt_store.complete(self.config.root)
         if done:
-            self.last_size = max(self.last_size, ckpt_store.tree_bytes(done[-1].path))
+            self.disk.last_size = max(self.disk.last_size, ckpt_store.tree_bytes(done[-1].path))
             self.saved(done[-1].name)
         self._hooks(done)
         self._sync(done)
         self._prune(done)
-        self._disk()
+        self.disk.look()
 
     def finish(self) -> None:
         """After the job ended: the last checkpoints synced, hooks run, retention applied."""
@@ -306,7 +299,7 @@ class Watcher:
             ckpt_store.remove(ckpt.path)
             freed += size
             self.say(
-                f"retention: deleted {ckpt.name} ({_gib(size)}; keep_last "
+                f"retention: deleted {ckpt.name} ({ckpt_disk.gib(size)}; keep_last "
                 f"{keep_last}{', synced first' if self.config.sync_to else ''})"
             )
         if freed or done:
@@ -315,72 +308,13 @@ class Watcher:
             self.publish({"checkpoints": {"complete": [c.name for c in left], "latest": latest}})
         return freed
 
-    def _disk(self) -> None:
-        total, free, percent = ckpt_store.disk_usage(self.config.root)
-        level = max((w for w in WARN_AT if percent >= w), default=0)
-        disk = {"used_pct": round(percent, 1), "free_bytes": free, "total_bytes": total,
-                "checkpoint_bytes": self.last_size}  # fmt: skip
-        if level > self.warned:
-            self.say(
-                f"disk warning: {self.config.root} is {percent:.1f}% full "
-                f"({_gib(free)} free of {_gib(total)})"
-            )
-        self.warned = max(self.warned, level) if level else 0
-        disk["warning"] = f"disk {percent:.0f}% full" if level else None
-        self.publish({"disk": disk})
-        if self._fits(free, percent) or self.stopped:
-            return
-        self.say(
-            f"disk {percent:.1f}% full, {_gib(free)} free; the next save needs about "
-            f"{_gib(self.last_size)}: job paused while syncing and pruning"
-        )
-        self.pause_job(True)
-        try:
-            started = time.monotonic()
-            done = ckpt_store.complete(self.config.root)
-            self._sync(done, wait=True)
-            emergency = 1 if self.config.keep_last is not None and self.config.sync_to else None
-            self._prune(done, keep=emergency)  # below keep_last only what is safe in S3
-            total, free, percent = ckpt_store.disk_usage(self.config.root)
-            if self._fits(free, percent):
-                self.say(
-                    f"disk {percent:.1f}% full after pruning; job resumed after "
-                    f"{time.monotonic() - started:.1f} s"
-                )
-                return
-            self._stop(free, percent)
-        finally:
-            self.pause_job(False)
-
-    def _stop(self, free: int, percent: float) -> None:
-        latest = ckpt_store.latest_complete(self.config.root)
-        kept = f"{latest.name} kept" if latest else "no complete checkpoint yet"
-        if latest and self.config.sync_to:
-            kept += " and synced" if latest.name in self.synced else " (its sync failed)"
-        why = (
-            "retention is off (keep_last: null)"
-            if self.config.keep_last is None
-            else "nothing more may be deleted"
-        )
-        self.stopped = (
-            f"stopped by gpujob: checkpoint disk {percent:.1f}% full "
-            f"({_gib(free)} free, next save ~{_gib(self.last_size)}) and {why}; "
-            f"{kept}"
-        )
-        self.say(self.stopped)
-        self.stop_job(self.stopped)
-
-    def _fits(self, free: int, percent: float) -> bool:
-        """Room for the next save, counting a save under way as already placed (the sample
-        may fall in the middle of one that fits)."""
-        pending = ckpt_store.in_progress_bytes(self.config.root)
-        total, _, _ = ckpt_store.disk_usage(self.config.root)
-        settled = percent - (100.0 * pending / total if total else 0.0)
-        return settled < ACT_AT and free + pending >= self.last_size * HEADROOM
-
-
-def _gib(size: int) -> str:
-    return f"{size / (1 << 30):.2f} GiB"
+    def _make_room(self) -> None:
+        """The disk guard's ask: everything pushed, then below `keep_last` only what is
+        safe in S3 (one kept), or plain retention without a sync target."""
+        done = ckpt_store.complete(self.config.root)
+        self._sync(done, wait=True)
+        emergency = 1 if self.config.keep_last is not None and self.config.sync_to else None
+        self._prune(done, keep=emergency)
 
 
 def run_in_thread(watcher: Watcher, done: threading.Event) -> threading.Thread:
