@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_rclone import Rclone, SyncError, rclone_env
-from reserve import skipped_if_full
+from reserve import LOG_FLAGS, say_in_log
 
 COPYING = (
     "--transfers", "8", "--checkers", "16", "--retries", "3", "--low-level-retries", "10",
@@ -163,12 +163,10 @@ class BucketMounts:
 
 def from_config(node_dir: Path, config: dict[str, Any], env: dict[str, str]) -> BucketMounts:
     """job.json's `checkpoints.buckets`, saying its lines in the node's log."""
-    log_fd = os.open(node_dir / config.get("log", "job.log"),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # fmt: skip
+    log_fd = os.open(node_dir / config.get("log", "job.log"), LOG_FLAGS, 0o644)
 
     def say(text: str) -> None:
-        with skipped_if_full():
-            os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
+        say_in_log(log_fd, [text])
 
     return BucketMounts(config["checkpoints"]["buckets"], env, log_fd, say,
                         node_dir / "rclone-cache")  # fmt: skip

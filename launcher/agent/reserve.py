@@ -22,7 +22,7 @@ import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +135,18 @@ def skipped_if_full() -> Iterator[None]:
     except OSError as err:
         if err.errno not in FULL:
             raise
+
+
+LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND
+"""How the agent opens a job log for its own lines (say_in_log): read too, for its last byte."""
+
+
+def say_in_log(log_fd: int, lines: Iterable[str], prefix: str = "[gpujob-agent]") -> None:
+    """The agent's own lines in the job log (`log_fd` opened with LOG_FLAGS), skipped on a
+    full disk. Each starts a line: after output of the job's that ends without a newline (a
+    progress bar's `\r`, a `print(end="")`) a newline comes first, so no line of the agent's
+    is glued to the job's and read as its."""
+    with skipped_if_full():
+        size = os.fstat(log_fd).st_size
+        lead = b"\n" if size and os.pread(log_fd, 1, size - 1) != b"\n" else b""
+        os.write(log_fd, lead + "".join(f"{prefix} {line}\n" for line in lines).encode())

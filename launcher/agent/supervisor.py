@@ -22,7 +22,7 @@ from log_read import last_line
 from metrics import GpuProbe
 from metrics import start as start_metrics
 from rank_memory import sampler
-from reserve import make_reserve, skipped_if_full, write_status
+from reserve import LOG_FLAGS, make_reserve, say_in_log, write_status
 from runtimes import BareJob, ContainerJob, StartFailed, job_for
 from states import TIMED_OUT
 from stopping import MARKER, STATUS, log_line
@@ -235,13 +235,10 @@ def _checkpoint_watch(
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import ckpt_watch
 
-    log_fd = os.open(
-        node_dir / config.get("log", "job.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
-    )
+    log_fd = os.open(node_dir / config.get("log", "job.log"), LOG_FLAGS, 0o644)
 
     def say(text: str) -> None:
-        with skipped_if_full():
-            os.write(log_fd, f"[gpujob-agent] {text}\n".encode())
+        say_in_log(log_fd, [text])
 
     publish = _publisher(node_dir, status)
 
