@@ -4,6 +4,9 @@ environment (CI secrets), never from a flag, and never enter the image."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
@@ -24,33 +27,17 @@ def apply(
     report: Callable[[str], None],
     no_cache: bool = False,
 ) -> str:
-    """Build (unless an image with this lock exists) and push; returns the pushed or local ref."""
+    """Build (unless an image with this lock exists) and push; returns the pushed or local ref.
+    One build of a tag at a time on this machine: a second `image build` of it (another
+    terminal, a second CI job on the runner) waits, then finds it cached."""
     client = docker_client()
-    labels = built_labels(client, plan.tag)
-    if not no_cache and all(labels.get(key) == value for key, value in plan.labels.items()):
-        report(f"{plan.tag}: cached (image with lock {plan.lock_hash[:12]} and this Dockerfile)")
-    else:
-        wheels = wheelhouse.fetch(lock, cache, report)
-        context = Path(tempfile.mkdtemp(prefix="context-", dir=_mkdir(cache / "contexts")))
-        try:
-            _write_context(context, plan, wheels)
-            report(f"{plan.tag}: docker build ...")
-            _stream(
-                client.api.build(
-                    path=str(context),
-                    tag=plan.tag,
-                    labels=plan.labels,
-                    rm=True,
-                    forcerm=True,
-                    decode=True,
-                    nocache=no_cache,
-                    pull=False,
-                ),
-                report,
-                "build",
-            )
-        finally:
-            shutil.rmtree(context, ignore_errors=True)
+    with _one_build_of(plan.tag, cache, report):
+        labels = built_labels(client, plan.tag)
+        if not no_cache and all(labels.get(key) == value for key, value in plan.labels.items()):
+            report(f"{plan.tag}: cached (image with lock {plan.lock_hash[:12]} and this "
+                   "Dockerfile)")  # fmt: skip
+        else:
+            _build(client, plan, lock, cache, report, no_cache)
     if plan.push is None:
         return plan.tag
     repository, tag = plan.push.rsplit(":", 1)
@@ -62,6 +49,45 @@ def apply(
         "push",
     )
     return plan.push
+
+
+def _build(
+    client: Any,
+    plan: BuildPlan,
+    lock: Lock,
+    cache: Path,
+    report: Callable[[str], None],
+    no_cache: bool,
+) -> None:
+    wheels = wheelhouse.fetch(lock, cache, report)
+    context = Path(tempfile.mkdtemp(prefix="context-", dir=_mkdir(cache / "contexts")))
+    try:
+        _write_context(context, plan, wheels)
+        report(f"{plan.tag}: docker build ...")
+        _stream(
+            client.api.build(path=str(context), tag=plan.tag, labels=plan.labels, rm=True,
+                             forcerm=True, decode=True, nocache=no_cache, pull=False),
+            report,
+            "build",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _one_build_of(tag: str, cache: Path, report: Callable[[str], None]) -> Iterator[None]:
+    """An flock per tag in the image cache, held while the tag is looked up and built."""
+    name = hashlib.sha256(tag.encode()).hexdigest()[:16]
+    fd = os.open(_mkdir(cache / "locks") / f"build-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report(f"{tag}: another gpujob is building it on this machine; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def built_labels(client: Any, tag: str) -> dict[str, str]:
