@@ -273,15 +273,38 @@ def stop_masters(state: Path | None = None, endpoints: Iterable[Endpoint] | None
     for sock in sockets:
         if not sock.exists():
             continue
-        done = subprocess.run(
-            [ssh_client(), "-F", os.devnull, "-o", f"ControlPath={_option_path(sock)}",
-             "-O", "exit", "gpujob-host"],
-            stdin=subprocess.DEVNULL, capture_output=True, check=False, timeout=30,
-        )  # fmt: skip
+        checked = _control(sock, "check")
+        done = _control(sock, "exit")
         stopped += done.returncode == 0
         with contextlib.suppress(FileNotFoundError):
             sock.with_name(f"{sock.name}.lock").unlink()
+        if done.returncode == 0 and (pid := re.search(r"\(pid=(\d+)\)", checked.stderr)):
+            _gone(int(pid.group(1)))
     return stopped
+
+
+def _control(sock: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """`ssh -O COMMAND` to the master on `sock` (`check` says `Master running (pid=N)`)."""
+    return subprocess.run(
+        [ssh_client(), "-F", os.devnull, "-o", f"ControlPath={_option_path(sock)}",
+         "-O", command, "gpujob-host"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+
+
+def _gone(pid: int, within_s: float = 5.0) -> None:
+    """A master told to exit closes its channels first: it is waited for (bounded), so that
+    what comes next (a check that nothing of a state dir runs, a host's removal) finds it
+    gone."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+            return  # ended, not reaped yet
+        time.sleep(0.02)
 
 
 # -- a command's stderr, shown as it comes -----------------------------------------------------
