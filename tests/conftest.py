@@ -25,31 +25,40 @@ interval it needs."""
 
 
 LONGEST_FIRST = (
-    "tests/lab/test_recovery.py",  # 285 s
-    "tests/lab/test_rent_interrupts.py",  # 160 s
-    "tests/lab/test_autostop_on_lab.py",  # 126 s
-    "tests/lab/test_ssh_jobs.py",  # 120 s
-    "tests/lab/test_slurm_requeue_on_lab.py",  # 334 s before the lab's cred_expire was 10 s
-    "tests/storage/test_sync.py",  # 75 s
-    "tests/lab/test_remote_jobs.py",  # 73 s
-    "tests/lab/test_ray_on_lab.py",  # 57 s
-    "tests/lab/test_slurm_jobs.py",  # 50 s
-    "tests/e2e/test_resume.py",  # 43 s
-    "tests/e2e/test_workloads.py",  # 42 s
-    "tests/lab/test_recovery_autostop_on_lab.py",  # 41 s
-    "tests/e2e/test_local_jobs.py",  # 41 s
-    "tests/lab/test_images.py",  # 41 s
+    "tests/lab/test_recovery.py",  # 420 s
+    "tests/e2e/test_lifecycle_local.py",  # 94 s
+    "tests/e2e/test_resume.py",  # 83 s
+    "tests/e2e/test_local_jobs.py",  # 61 s
+    "tests/e2e/test_workloads.py",  # 56 s
+    "tests/lab/test_autostop_on_lab.py",  # 282 s
+    "tests/lab/test_images.py",  # 252 s on a fresh machine (it builds the image)
+    "tests/lab/test_ssh_jobs.py",  # 231 s
+    "tests/lab/test_bucket_mounts_on_lab.py",  # 187 s
+    "tests/lab/test_ray_on_lab.py",  # 180 s
+    "tests/lab/test_rent_interrupts.py",  # 159 s
+    "tests/lab/test_remote_jobs.py",  # 149 s
+    "tests/lab/test_up_down.py",  # 124 s
+    "tests/lab/test_slurm_requeue_on_lab.py",  # 99 s
+    "tests/lab/test_slurm_jobs.py",  # 88 s
+    "tests/lab/test_recovery_autostop_on_lab.py",  # 71 s
+    "tests/storage/test_run_namespaces.py",  # 58 s
 )
-"""Test files by their time in one run (2026-11-27, this 2-core machine, one worker): with
-`pytest -n 2 --dist loadfile --no-loadscope-reorder` (pytest-xdist) a worker takes a whole
-file at a time, in this order first, so no long file starts last while the other idles."""
+"""Test files by their time in two `make test` runs at once (2026-11-27, this 2-core machine,
+fresh, two workers each). With `pytest -n 2 --dist loadfile --no-loadscope-reorder`
+(pytest-xdist) a worker takes a whole file at a time, in this order first, so no long file
+starts last while the other idles. The second worker begins with the local e2e files: on a
+fresh machine the first worker waits about five minutes for its lab's images to be built, and
+the second keeps the CPU busy meanwhile. The other files follow in their usual order, the many
+short unit files last, evening out the two workers' ends."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On xdist workers only (`make test`): one process (TEST_WORKERS=0) keeps the order its
     runs were green in (a run with this order in one process had a lab host time out on the
-    registry)."""
-    if not config.getoption("numprocesses", default=None):
+    registry). A worker is told by `workerinput`: xdist clears a worker's `numprocesses`, so
+    that option says nothing there (this hook read it, and sorted nothing, until 2026-11-27).
+    The controller hands out files in the workers' collection order."""
+    if not hasattr(config, "workerinput"):
         return
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
