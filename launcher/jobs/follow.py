@@ -243,14 +243,17 @@ def crash_lines(text: str) -> list[str]:
 def pick_cause(streams: list[Any], texts: dict[int, str]) -> Any:
     """The node that failed first. Every node of a broken world fails, most of them because a
     peer vanished; the cause is the failed node whose ranks did not die of a lost peer, the
-    earliest if several (by the time each agent recorded the end)."""
+    earliest if several (by the time each agent recorded the end; a node with no recorded end,
+    failed in SLURM's word only, comes after every recorded one: it was killed while
+    starting, because another node failed)."""
     failed = [s for s in streams if s.status.get("state") in NODE_FAILURES]
     if not failed:
         return None
 
     def order(stream: Any) -> tuple[bool, float, int]:
         own = "\n".join(crash_lines(texts.get(stream.rank, "")))
-        return (bool(PEER_LOST.search(own)), stream.status.get("ended_at") or 0.0, stream.rank)
+        ended = stream.status.get("ended_at") or float("inf")
+        return (bool(PEER_LOST.search(own)), ended, stream.rank)
 
     return min(failed, key=order)
 

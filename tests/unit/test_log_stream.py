@@ -107,6 +107,17 @@ def test_the_cause_is_the_node_whose_ranks_did_not_lose_a_peer() -> None:
     assert pick_cause([early, crashed], {0: TORCHRUN_TAIL, 1: TORCHRUN_TAIL}) is early
 
 
+def test_a_node_failed_in_slurms_word_only_is_not_taken_for_the_cause() -> None:
+    """SLURM killed node 0 while its agent was still starting, because node 1's rank exited 7
+    (srun --kill-on-bad-exit): node 0 has SLURM's `failed` and no recorded end; node 1 has
+    its own, and is the cause."""
+    killed = NodeStream(0, "/a", Host([]), status={"state": "failed", "exit_code": 7,
+                                                   "reason": "SLURM FAILED"})  # fmt: skip
+    failed = NodeStream(1, "/b", Host([]), status={"state": "failed", "exit_code": 7,
+                                                   "ended_at": 1795807823.2})  # fmt: skip
+    assert pick_cause([killed, failed], {0: "", 1: "ValueError: shard 7 is corrupt\n"}) is failed
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64])
 def test_a_log_read_in_any_pieces_shows_as_read_whole(size: int) -> None:
     log = b"a\nxx prog 10%\rprog 50%\nplain line\nb\r\ncount 1\rcount 22\rcount 3\nend"

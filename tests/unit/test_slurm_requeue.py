@@ -18,7 +18,8 @@ from launcher.agent import AGENT_SOURCE, INIT_LOCK_SOURCE
 from launcher.plan.build import Sources
 from launcher.plan.recovery import Policy
 from launcher.plan.slurm import SlurmCluster, build_slurm_plan
-from launcher.targets.slurm.cluster import SlurmJobView, node_status
+from launcher.remote.base import Result
+from launcher.targets.slurm.cluster import SlurmJobView, SlurmNode, node_status
 from launcher.targets.slurm.requeue import parse_requeue
 
 AGENT_DIR = Path(AGENT_SOURCE).parent
@@ -253,3 +254,37 @@ def test_cancel_removes_a_requeued_jobs_kept_secrets(tmp_path: Path) -> None:
     subprocess.run(["sh", "-c", SECRETS_RM, "sh", str(root)], check=True)
     assert not (root / "requeue").exists()
     assert not list(root.rglob("secrets.json"))
+
+
+class _Login:
+    """The login host as a node's stream sees it: `read_log` takes as long as the agent's
+    long poll, during which another node's stream refreshes the shared view."""
+
+    host = "login"
+
+    def __init__(self, view: SlurmJobView) -> None:
+        self.view, self.squeue = view, "JobState=RUNNING Reason=None ExitCode=0:0 NodeList=n[0-1]"
+
+    def run(self, argv: list[str], **_: object) -> Result:
+        return Result(0, self.squeue, "")
+
+    def read_log(self, node_dir: str, offset: int, wait_s: float, sink: object) -> tuple:
+        status = {"state": "running"}  # taken now, before node 1 recorded its end
+        self.squeue = "JobState=FAILED Reason=NonZeroExitCode ExitCode=7:0 NodeList=n[0-1]"
+        self.view.asked_at = -1e9
+        self.view.refresh()  # node 0's stream, meanwhile: SLURM has ended the job since
+        return b"", status
+
+
+def test_a_nodes_status_is_never_laid_over_a_newer_slurm_view() -> None:
+    """Node 1's status was read before its agent recorded `failed`; the job ended while the
+    read waited, and another stream's refresh said so. Taken together they would read as
+    SLURM's failure (no exit code of the node's own, not the node that failed first); the
+    node is read again instead, and its own end is seen."""
+    view = SlurmJobView(login=None, job_id="5")  # type: ignore[arg-type]
+    login = _Login(view)
+    view.login = login  # type: ignore[assignment]
+    node = SlurmNode(login, view, rank=1)  # type: ignore[arg-type]
+    _, status = node.read_log("/shared/.gpujob/jobs/j/node-1", 0, 2.0)
+    assert status["state"] in ("running", "starting")
+    assert view.state == "FAILED"

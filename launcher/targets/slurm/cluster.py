@@ -16,8 +16,10 @@ allocation there is no agent, and a node SLURM killed never recorded its end.
 
 from __future__ import annotations
 
+import copy
 import re
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -116,16 +118,29 @@ class SlurmJobView:
     """The last lines of slurm-<id>.out (`out_file`) once SLURM says the job ended: what
     failed before any agent ran (no NodeAddr, a node-count mismatch, srun's errors)."""
 
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
     def refresh(self) -> None:
         if time.monotonic() - self.asked_at < STATE_TTL_S:
             return
         self.asked_at = time.monotonic()
         result = self.login.run(["sh", "-c", STATE_SCRIPT, "sh", self.job_id, self.out_file])
         text, _, tail = result.stdout.partition(TAIL_MARK)
-        self.state, self.reason, self.code, self.nodes = parse_state(text)
-        self.restarts, self.requeue = parse_requeue(text)
-        if self.state in STATE_WORDS:
-            self.tail = [line for line in tail.splitlines() if line.strip()]
+        state, reason, code, nodes = parse_state(text)
+        restarts, requeue = parse_requeue(text)
+        with self.lock:
+            self.state, self.reason, self.code, self.nodes = state, reason, code, nodes
+            self.restarts, self.requeue = restarts, requeue
+            if state in STATE_WORDS:
+                self.tail = [line for line in tail.splitlines() if line.strip()]
+
+    def snapshot(self) -> SlurmJobView:
+        """SLURM's word as of now, kept apart from later refreshes (another node's stream
+        refreshes the same view from its own thread)."""
+        with self.lock:
+            view = copy.copy(self)
+            view.tail = list(self.tail)
+            return view
 
 
 TAIL_MARK = "@@gpujob-tail@@\n"
@@ -195,10 +210,14 @@ class SlurmNode:
         self, node_dir: str, offset: int, wait_s: float = 0.0, sink: Sink | None = None
     ) -> tuple[bytes, dict[str, Any]]:
         self.view.refresh()
+        # SLURM's word from before the agent's status is taken: a newer one (another node's
+        # refresh while this read waits) can say the job ended after this status was read,
+        # and would hide the node's own recorded end (its exit code, that it failed first).
+        view = self.view.snapshot()
         # Also while the job waits: the agent's read holds until the log has bytes (a long
         # poll on the login host), so the first line shows as soon as the node writes it.
         data, agent = self.login.read_log(node_dir, offset, wait_s, sink)
-        status = node_status(agent, self.view)
+        status = node_status(agent, view)
         self._tell(status)
         return data, status
 
