@@ -144,9 +144,20 @@ LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND
 def say_in_log(log_fd: int, lines: Iterable[str], prefix: str = "[gpujob-agent]") -> None:
     """The agent's own lines in the job log (`log_fd` opened with LOG_FLAGS), skipped on a
     full disk. Each starts a line: after output of the job's that ends without a newline (a
-    progress bar's `\r`, a `print(end="")`) a newline comes first, so no line of the agent's
-    is glued to the job's and read as its."""
+    progress bar's carriage return, a `print(end="")`) a newline comes first, so no line of
+    the agent's is glued to the job's and read as its."""
     with skipped_if_full():
         size = os.fstat(log_fd).st_size
         lead = b"\n" if size and os.pread(log_fd, 1, size - 1) != b"\n" else b""
         os.write(log_fd, lead + "".join(f"{prefix} {line}\n" for line in lines).encode())
+
+
+def say_in_log_file(path: Path, lines: Iterable[str]) -> None:
+    """say_in_log for a writer that holds no open log: opened for these lines only (the open
+    is skipped on a full disk too, which may not take a new log)."""
+    with skipped_if_full():
+        log_fd = os.open(path, LOG_FLAGS, 0o644)
+        try:
+            say_in_log(log_fd, lines)
+        finally:
+            os.close(log_fd)

@@ -25,7 +25,7 @@ from agent_os import (
     signal_if_same,
     start_ticks,
 )
-from reserve import LOG_FLAGS, say_in_log, skipped_if_full
+from reserve import say_in_log_file, skipped_if_full
 
 Sample = Callable[[list[int]], None]
 """Called about once a second while the job runs, with its processes (rank_memory.py)."""
@@ -168,12 +168,7 @@ class ContainerJob:
         lines = [f"{head}; `docker logs` says:" if said else f"{head}; `docker logs` is empty"]
         lines += [f"  {line}" for line in said]
         lines.append(f"hint: {HINTS.get(code, HINT_OTHERWISE)}")
-        with skipped_if_full():
-            log_fd = os.open(self.log, LOG_FLAGS, 0o644)
-            try:
-                say_in_log(log_fd, lines)
-            finally:
-                os.close(log_fd)
+        say_in_log_file(self.log, lines)
         self.reason = f"{head}: {said[-1][-200:]}" if said else head
 
     def pause(self, paused: bool) -> None:

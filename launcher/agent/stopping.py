@@ -34,7 +34,7 @@ from agent_os import (
     start_ticks,
     write_json,
 )
-from reserve import LOG_FLAGS, say_in_log, skipped_if_full, write_status
+from reserve import say_in_log_file, write_status
 from runtimes import stop_container, stop_processes, stop_tree
 from states import CANCELLED, FAILED, LOST, STARTING, TERMINAL
 
@@ -213,12 +213,7 @@ def record_cancelled_unstarted(node_dir: Path) -> dict[str, Any]:
 def log_line(node_dir: Path, text: str) -> None:
     """A line of the agent's own in the job log, marked so nobody mistakes it for the job's."""
     config = read_json(node_dir / "job.json")
-    with skipped_if_full():  # the open too: a full disk may not take a new log
-        log_fd = os.open(node_dir / config.get("log", "job.log"), LOG_FLAGS, 0o644)
-        try:
-            say_in_log(log_fd, [text])
-        finally:
-            os.close(log_fd)
+    say_in_log_file(node_dir / config.get("log", "job.log"), [text])
 
 
 def cancel(node_dir: Path, grace_s: float, agent_gone: bool = False) -> int:
