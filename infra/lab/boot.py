@@ -164,7 +164,7 @@ def start_dockerd(name: str, sshd_pid: int) -> dict[str, Any]:
     # host is gone by now, so containerd's runtime state is only debris.
     (host_dir(name) / "dockerd.pid").unlink(missing_ok=True)
     shutil.rmtree(host_dir(name) / "exec" / "containerd", ignore_errors=True)
-    image_store.seed(host_dir(name) / "docker")  # a fresh host starts with the lab's images
+    image_store.seed(host_dir(name) / "docker", sshd_pid)  # the lab's images, at every boot
     rec = state.spawn(dockerd_argv(name, sshd_pid), log)
     state.wait_until(
         lambda: docker_answers(sock), f"dockerd of {name}", timeout=60, log=log, daemon=rec

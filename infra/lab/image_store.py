@@ -5,15 +5,25 @@ host does not pull and unpack the lab's images again (lab-cpu is 1.5 GB unpacked
 The store is a dockerd data root of the lab's own (`LAB/image-store/docker`), filled by a
 short-lived dockerd of its own (root namespace, no bridge, no containers) that pulls from
 the lab registry every image the lab pushes (`registry.push` calls `add`). A host with
-Docker whose data root is still empty (a fresh host, not a reboot) gets a copy of it before
-its dockerd starts: the metadata (`image/`) copied, the layers (`overlay2/`) hard-linked
-(`cp -al`). bench/lab_image_share.py, 2026-11-26, this 2-core machine with other work on it,
-lab-cpu onto a fresh host: pull 24.9 s, `docker load` of a `docker save` tarball 28.4 s
-(the untar is the cost either way), the store 5.0 s with the host's boot. Each host's dockerd
-still owns its data root, and none is shared: a layer's files are only ever read through
-overlayfs (a container's writes go to its own upper folder by copy-up; a host removing an
-image unlinks its own names), so hard links to them are as good as copies. The store's lock
-keeps a host from copying the store while its dockerd writes it.
+Docker whose data root is still empty (a fresh host, not a reboot) gets the store's image
+metadata (`image/`) and the small files of each layer folder copied; each layer's `diff/`
+(its files: 47,000 of lab-cpu's 52,000 entries) is bind-mounted read-only from the store,
+inside the host's own mount namespace, where its dockerd runs. bench/lab_image_share.py,
+2026-11-26, this 2-core machine with other work on it, lab-cpu onto a fresh host: pull
+24.9 s, `docker load` of a `docker save` tarball 28.4 s (the untar is the cost either way),
+the store 5.0 s with the host's boot. Hard-linking the layers (`cp -al`, the store's first
+form) cost 2 to 3 CPU-seconds per host boot, 0.8 more to remove them with the host, on a
+machine where the test suite boots about 190 hosts with Docker per run; eleven bind mounts
+cost nothing to make and go with the host's mount namespace.
+
+Each host's dockerd still owns its data root: a layer's files are only ever read through
+overlayfs (a container's writes go to its own upper folder), and a host removing an image
+has its dockerd unmount what is mounted under the layer's folder before removing it
+(moby's `EnsureRemoveAll`), which the read-only bind makes certain: the store's files are
+never a host's to change. The binds live only as long as the host's processes, so every boot
+of the host makes them again from the list it was seeded with (`store-layers.json` beside the
+data root), skipping the layers its dockerd has removed since. The store's lock keeps a host
+from reading the store while the store's dockerd writes it.
 """
 
 from __future__ import annotations
@@ -22,14 +32,13 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 from infra.lab import naming, state
 
-SEEDED = ("image", "overlay2")
-"""What a host's data root takes from the store: image metadata, and the layers."""
 SWITCH = "GPUJOB_LAB_IMAGE_STORE"
 """`0` turns the store off (every host pulls for itself), to compare."""
 
@@ -82,9 +91,7 @@ def add(ref: str, image_id: str) -> None:
         finally:
             state.stop(daemon, timeout=30)
         images[ref] = image_id
-        tmp = root() / "images.json.tmp"
-        tmp.write_text(json.dumps(images, indent=2, sort_keys=True))
-        tmp.replace(root() / "images.json")
+        _write_atomically(root() / "images.json", json.dumps(images, indent=2, sort_keys=True))
 
 
 def dockerd_argv() -> list[str]:
@@ -102,15 +109,67 @@ def dockerd_argv() -> list[str]:
     ]  # fmt: skip
 
 
-def seed(data_root: Path) -> bool:
-    """Fill a fresh host's empty data root from the store (False: nothing to copy, or the
-    data root is a booted host's already)."""
-    if not enabled() or any(data_root.iterdir()) or not held():
+def seed(data_root: Path, mount_ns_pid: int) -> bool:
+    """Give a host's data root the store's images (False: the store is off or empty, or the
+    data root is a booted host's own), and bind their layers' files into the mount namespace
+    of `mount_ns_pid` (the host's sshd, whose namespace its dockerd joins) at every boot."""
+    if not enabled():
         return False
+    listed = data_root.parent / "store-layers.json"
+    seeding = data_root.parent / "store-layers.seeding"
     with locked(exclusive=False):
-        for part in SEEDED:
-            source = root() / "docker" / part
-            if source.is_dir():
-                flags = "-al" if part == "overlay2" else "-a"
-                state.run(["cp", flags, str(source), str(data_root / part)])
-    return True
+        if seeding.exists():  # a crash halfway through seeding: start over
+            shutil.rmtree(data_root, ignore_errors=True)
+            data_root.mkdir()
+            listed.unlink(missing_ok=True)
+        if not listed.exists():
+            if any(data_root.iterdir()) or not held():
+                return False
+            seeding.touch()
+            layers = _copy_all_but_layer_files(root() / "docker", data_root)
+            _write_atomically(listed, json.dumps(layers))
+            seeding.unlink()
+        layers = json.loads(listed.read_text())
+        binds = [
+            f"mount --bind -o ro {shlex.quote(str(root() / 'docker' / 'overlay2' / diff))}"
+            f" {shlex.quote(str(data_root / 'overlay2' / diff))}"
+            for diff in (f"{layer}/diff" for layer in layers)
+            if (data_root / "overlay2" / diff).is_dir()  # not removed by the host since
+        ]
+        if binds:  # dockerd makes its folders private by binding each onto itself unless it
+            # is a mount point already, and a plain bind would hide the layers bound inside
+            selves = [f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(p))}"
+                      for p in (data_root, data_root / "overlay2")]  # fmt: skip
+            state.run(["nsenter", f"--mount=/proc/{mount_ns_pid}/ns/mnt", "--",
+                       "sh", "-c", " && ".join([*selves, *binds])])  # fmt: skip
+    return bool(binds)
+
+
+def _copy_all_but_layer_files(store: Path, data_root: Path) -> list[str]:
+    """`image/` whole; of `overlay2/`, the short-name links and every layer folder but the
+    contents of its `diff/` (a mount point left empty). Returns the layers' folder names."""
+    if (store / "image").is_dir():
+        state.run(["cp", "-a", str(store / "image"), str(data_root / "image")])
+    layers = []
+    overlay = data_root / "overlay2"
+    overlay.mkdir()
+    shutil.copystat(store / "overlay2", overlay)
+    for folder in sorted((store / "overlay2").iterdir()):
+        if folder.name == "l":
+            state.run(["cp", "-a", str(folder), str(overlay / "l")])
+            continue
+        (overlay / folder.name).mkdir()
+        shutil.copystat(folder, overlay / folder.name)
+        small = [str(entry) for entry in folder.iterdir() if entry.name != "diff"]
+        if small:
+            state.run(["cp", "-a", *small, str(overlay / folder.name)])
+        (overlay / folder.name / "diff").mkdir()
+        shutil.copystat(folder / "diff", overlay / folder.name / "diff")
+        layers.append(folder.name)
+    return layers
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,6 +1,7 @@
 """The lab's image store (infra/lab/image_store.py): a host booted after an image was pushed
-starts with it, no pull; hosts share the image's layer files (hard links) and nothing else:
-what a container of one host writes, or one host removing the image, leaves the others'."""
+starts with it, no pull, and again after a reboot; hosts share the image's layer files (a
+read-only bind of the store's, in the host's mount namespace) and nothing else: what a
+container of one host writes, or one host removing the image, leaves the others'."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ def layer_files(data_root: Path) -> dict[str, int]:
     return found
 
 
+def seen_by(host_name: str) -> Path:
+    """The machine's / as the host's processes see it (its mount namespace, where its dockerd
+    runs and the store's layers are bound)."""
+    from infra.lab import state
+
+    return Path(f"/proc/{state.read_state()['hosts'][host_name]['sshd']['pid']}/root")
+
+
 def test_a_fresh_host_starts_with_the_lab_image_and_keeps_its_writes_to_itself(lab) -> None:
     import infra.lab
     from infra.lab import boot, image_store
@@ -35,9 +44,12 @@ def test_a_fresh_host_starts_with_the_lab_image_and_keeps_its_writes_to_itself(l
         for host in hosts:  # there at boot: nothing was pulled
             assert docker(host, "image", "inspect", ref).returncode == 0
         store = layer_files(image_store.root() / "docker")
-        first = layer_files(boot.host_dir(hosts[0].name) / "docker")
+        data_root = boot.host_dir(hosts[0].name) / "docker"
+        first = layer_files(Path(f"{seen_by(hosts[0].name)}{data_root}"))
         shared = set(store.items()) & set(first.items())
         assert len(shared) > 1000, "the host's layers are not the store's files"  # a copy
+        outside = set(store.items()) & set(layer_files(data_root).items())
+        assert not outside, "the store's files are bound only in the host's namespace"
 
         write = "echo changed > /etc/debian_version; cat /etc/debian_version"
         done = docker(hosts[0], "run", "--rm", "--network", "none", ref, "sh", "-c", write)
@@ -52,6 +64,14 @@ def test_a_fresh_host_starts_with_the_lab_image_and_keeps_its_writes_to_itself(l
         assert layer_files(image_store.root() / "docker") == store
         done = docker(hosts[1], "run", "--rm", "--network", "none", ref, "true")
         assert done.returncode == 0, done.stderr
+
+        for host in hosts:  # a power cut: the binds go with the host's processes, and come back
+            infra.lab.kill_host_processes(host.name)
+            infra.lab.create_host(host.name, docker=True)
+        assert docker(hosts[0], "image", "inspect", ref).returncode != 0  # removed stays removed
+        done = docker(hosts[1], "run", "--rm", "--network", "none", ref, "cat", "/etc/os-release")
+        assert done.returncode == 0 and "bookworm" in done.stdout, done.stderr
+        assert layer_files(image_store.root() / "docker") == store
     finally:
         for host in hosts:
             infra.lab.destroy_host(host.name)
