@@ -2,9 +2,11 @@
 host does not pull and unpack the lab's images again (lab-cpu is 1.5 GB unpacked: its
 `docker-untar` was most of a fresh host's first job, and of the lab test suite's time).
 
-The store is a dockerd data root of the lab's own (`LAB/image-store/docker`), filled by a
-short-lived dockerd of its own (root namespace, no bridge, no containers) that pulls from
-the lab registry every image the lab pushes (`registry.push` calls `add`). A host with
+The store is a dockerd data root of its own, one per machine for every lab on it
+(`naming.shared_dir()/image-store/docker`, kept by `down`), filled by a short-lived dockerd
+of its own (root namespace, no containers) that pulls from a lab's registry every image that
+lab pushes (`registry.push` calls `add`): an image another lab pulled already costs only its
+manifest, as its layers are there. A host with
 Docker whose data root is still empty (a fresh host, not a reboot) gets the store's image
 metadata (`image/`) and the small files of each layer folder copied; each layer's `diff/`
 (its files: 47,000 of lab-cpu's 52,000 entries) is bind-mounted read-only from the store,
@@ -48,7 +50,7 @@ def enabled() -> bool:
 
 
 def root() -> Path:
-    return state.lab_dir() / "image-store"
+    return naming.shared_dir() / "image-store"
 
 
 @contextlib.contextmanager
@@ -81,6 +83,8 @@ def add(ref: str, image_id: str) -> None:
         (root() / "docker").mkdir(exist_ok=True)
         (root() / "dockerd.pid").unlink(missing_ok=True)
         shutil.rmtree(root() / "exec", ignore_errors=True)  # a killed dockerd's debris
+        # its networks name the last lab's bridge: this lab's is another, and a store holds none
+        shutil.rmtree(root() / "docker" / "network", ignore_errors=True)
         daemon = state.spawn(dockerd_argv(), log)
         try:
             from infra.lab.boot import docker_answers

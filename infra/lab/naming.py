@@ -33,6 +33,12 @@ PREFIX_LEN = 24
 _NAME = re.compile(r"[a-z][a-z0-9]{0,11}")  # the bridge, NAME0, must fit 15 bytes
 ALLOCATION_LOCK = Path("/tmp/gpujob-lab-subnets.lock")
 IMAGE_BUILD_LOCK = Path("/tmp/gpujob-lab-images.lock")
+SHARED_DIR = Path("/var/tmp/gpujob-lab-shared")
+"""What every lab of the machine shares, as they all share the machine's dockerd and its
+images: the registry's storage (content-addressed, so a lab pushing an image another lab
+pushed uploads nothing: lab-cpu's first push took 29 s here, the same push to a second lab's
+registry 0.03 s) and the image store (image_store.py). `down` keeps it, as it keeps the
+machine's images; removing it costs the next lab one push and one pull of each image."""
 _image_build_guard = threading.RLock()
 _image_builds = 0
 
@@ -84,6 +90,11 @@ def lab_dir() -> Path:
     path = Path(os.environ.get("GPUJOB_LAB_DIR", default))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def shared_dir() -> Path:
+    SHARED_DIR.mkdir(parents=True, exist_ok=True)
+    return SHARED_DIR
 
 
 def session_lock() -> Path:

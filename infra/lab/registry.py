@@ -8,9 +8,13 @@ trusts it only if it was started that way (infra/install-deps.sh trusts every la
 lab, see `naming.loopback_host`) is always there too: Docker treats 127.0.0.0/8 registries
 as insecure by default, and `push_address()` picks whichever the machine's dockerd will
 accept. Both names reach the same storage, so `127.77.0.1:5000/x:t` pushed is
-`10.77.0.1:5000/x:t` pulled. Storage lives in the lab folder and survives `down`, so the
-next `up` pushes nothing new. What is pushed also goes into the lab's image store
-(image_store.py), which hosts booted later start with instead of pulling.
+`10.77.0.1:5000/x:t` pulled. Every lab's registry keeps its blobs in one storage folder of the
+machine's (`naming.shared_dir()`, kept by `down`), so a lab pushes only what no lab pushed
+before: Docker asks the registry for each layer's digest before uploading it, and the
+repository names are the same in every lab. (Several registries on one storage is how
+distribution scales out; its blobs are content-addressed and written by rename.) What is
+pushed also goes into the machine's image store (image_store.py), which hosts booted later
+start with instead of pulling.
 """
 
 from __future__ import annotations
@@ -64,8 +68,10 @@ def forward_argv() -> list[str]:
 def start(daemons: dict[str, Any]) -> None:
     """Start the registry and its loopback forward unless running; records go in `daemons`."""
     folder = state.lab_dir() / "registry"
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    (folder / "config.yml").write_text(CONFIG.format(root=folder / "data", address=address()))
+    folder.mkdir(exist_ok=True)
+    storage = naming.shared_dir() / "registry"
+    storage.mkdir(exist_ok=True)
+    (folder / "config.yml").write_text(CONFIG.format(root=storage, address=address()))
     if not state.alive(daemons.get("registry")):
         log = folder / "registry.log"
         daemons["registry"] = state.spawn(registry_argv(), log)
@@ -121,7 +127,7 @@ def push_address() -> str:
 
 def push(local_ref: str, repository_tag: str) -> str:
     """Push a local image of the machine's dockerd as `repository:tag`, and put it in the
-    lab's image store for hosts booted later; returns the hosts' ref."""
+    image store for hosts booted later; returns the hosts' ref."""
     from infra.lab import image_store
 
     target = f"{push_address()}/{repository_tag}"

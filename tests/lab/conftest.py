@@ -3,12 +3,12 @@
 Each test session works on a lab of its own name (infra.lab.naming), so two sessions on one
 machine (two checkouts, CI beside a demo) never meet: unless `GPUJOB_LAB_NAME` names one,
 the session takes the first of `gjt1`, `gjt2`, ... whose lock no other session holds, and
-holds it to the end. The name is a slot, not a fresh name per run, so a later session finds
-that lab's registry and image store filled. A lab that was already up when the session
-began is reused, and left up where GPUJOB_LAB_NAME named it (a developer's); a lab this
-session started, or found up under a slot it took itself (a killed session's), is taken down
-at the end, failed tests or not. Under pytest-xdist (`make test` runs `-n 2`) each worker
-is a session, with a lab of its own.
+holds it to the end. (Every lab of the machine shares one registry storage and one image
+store, infra.lab.naming.shared_dir, so a lab pushes and pulls only what no lab did.) A lab
+that was already up when the session began is reused, and left up where GPUJOB_LAB_NAME
+named it (a developer's); a lab this session started, or found up under a slot it took
+itself (a killed session's), is taken down at the end, failed tests or not. Under
+pytest-xdist (`make test` runs `-n 2`) each worker is a session, with a lab of its own.
 The tests that cycle a whole lab through the real CLI (`test_up_down.py`, the SLURM cluster's
 up and down) work on a lab named after the session's (`lab_of_its_own`), so they run in any
 order beside the tests that hold the session's lab up.
@@ -71,8 +71,7 @@ def one_lab_session_at_a_time() -> Iterator[None]:
 def lab_of_its_own(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A lab for one test that takes a whole lab up and down: named after the session's
     (`gjt1` -> `gjt1c`), so no other session or worker has it. What a killed session left of
-    it is taken down first; its folder (registry, image store) is removed after, so cycles
-    do not fill the disk."""
+    it is taken down first; its folder is removed after, so cycles do not fill the disk."""
     reason = lab_missing()
     if reason:
         pytest.skip(reason)

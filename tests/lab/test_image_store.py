@@ -94,9 +94,10 @@ def test_the_stores_dockerd_leaves_the_machines_docker0_alone(lab) -> None:
     if not docker0():
         pytest.fail("the machine's dockerd has no docker0 before the test")
     ref = base_image_ref()
-    held = image_store.held()
-    held.pop(ref, None)  # forget it: the next add starts the store's dockerd and pulls again
-    (image_store.root() / "images.json").write_text(json.dumps(held))
+    with image_store.locked(exclusive=True):  # the store is every lab's on this machine
+        held = image_store.held()
+        held.pop(ref, None)  # forget it: the next add starts the store's dockerd, pulls again
+        (image_store.root() / "images.json").write_text(json.dumps(held))
     image_store.add(ref, "refilled-by-the-test")
     assert ref in image_store.held()
     assert docker0(), "the store's dockerd deleted the machine's docker0"
