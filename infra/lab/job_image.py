@@ -1,15 +1,18 @@
-"""The lab's job image, `gpujob-lab/job:lab-cpu`: images/lab-cpu.lock on the lab base, as root.
+"""The lab's job image, `gpujob-lab/job:lab-cpu`: the product's lab-cpu image, as root.
 
-The wheels are the product's: `launcher.images` fetches the lock's wheelhouse into its
-sha256-addressed cache and verifies every file (the same code `gpujob image build` runs), and
-the build installs them offline with --require-hashes. This image differs from
-`gpujob image build lab-cpu` only in staying root, which the Vast fake's emulated entrypoint
-(sshd, /root/.ssh) needs. A tag whose label holds the lock hash is not built again. Pushed to
-the lab registry for the hosts to pull.
+The product's image is built first, by the code `gpujob image build lab-cpu` runs
+(`launcher.images`: the lock's wheelhouse fetched into its sha256-addressed cache, every
+file verified, installed offline with --require-hashes on the lab's base), and this image
+adds only `USER root`, which the Vast fake's emulated entrypoint (sshd, /root/.ssh) needs.
+So the machine installs torch into an image once (about two minutes on two cores): the
+image tests' `gpujob image build lab-cpu` finds the product's image built, and its push
+finds the layers in the registry. A tag whose label holds the same key (the lock hash and
+this Dockerfile) is not built again. Pushed to the lab registry for the hosts to pull.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -62,8 +65,13 @@ def image_id(tag: str = TAG) -> str:
     return state.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag]).stdout.strip()
 
 
-def build_once(tag: str, key: str, fill: Callable[[Path], None],
-               report: Callable[[str], None]) -> None:  # fmt: skip
+def build_once(
+    tag: str,
+    key: str,
+    fill: Callable[[Path], None],
+    report: Callable[[str], None],
+    build_args: dict[str, str] | None = None,
+) -> None:
     """The lab images' one cache rule: unless `tag` already carries `key` in its label,
     `fill` a fresh context folder (it may download: only on a miss) and build it, labelled."""
     if built_hash(tag) == key:
@@ -77,32 +85,41 @@ def build_once(tag: str, key: str, fill: Callable[[Path], None],
         try:
             fill(context)
             report(f"job image {tag}: docker build (offline install) ...")
+            args = [word for name, value in (build_args or {}).items()
+                    for word in ("--build-arg", f"{name}={value}")]  # fmt: skip
             state.run(["docker", "build", "-q", "--label", f"{PINS_LABEL}={key}",
-                       "--label", "gpujob.lab=job", "-t", tag, str(context)])  # fmt: skip
+                       "--label", "gpujob.lab=job", *args, "-t", tag, str(context)])  # fmt: skip
         finally:
             shutil.rmtree(context, ignore_errors=True)
 
 
 def build(report: Callable[[str], None] = print) -> str:
-    """Build the image unless a tag with the same lock exists; push it; return the hosts' ref."""
+    """Build the image unless a tag with the same key exists; push it; return the hosts' ref."""
     from launcher.images.commands import read_lock
-    from launcher.images.wheelhouse import fetch, link_into
-    from launcher.paths import images_cache_dir
 
     _, lock = read_lock("lab-cpu")
+    dockerfile = DOCKERFILE.read_text()
+    key = hashlib.sha256(f"{lock.lock_hash}\n{dockerfile}".encode()).hexdigest()
 
     def fill(context: Path) -> None:
-        base_image.build(report)
-        report(f"job image {TAG}: wheelhouse of {len(lock.packages)} locked wheels ...")
-        older = state.lab_dir() / "wheelhouse" / "lab-cpu" / "wheels"  # the hosts' find-links
-        wheels = fetch(lock, images_cache_dir(), report, extra_dirs=[older])
         shutil.copy(DOCKERFILE, context / "Dockerfile")
-        (context / "requirements.txt").write_text(lock.requirements_txt())
-        link_into(wheels, context / "wheels")
 
-    build_once(TAG, lock.lock_hash, fill, report)
+    if built_hash(TAG) != key:
+        with naming.image_build_lock():
+            product = product_image(report)
+            build_once(TAG, key, fill, report, build_args={"PRODUCT": product})
     report(f"pushing {TAG} to the lab registry ...")
     return registry.push(TAG, TAG)
+
+
+def product_image(report: Callable[[str], None]) -> str:
+    """The product's lab-cpu image, built (or found built) as `gpujob image build lab-cpu`
+    builds it, on the lab's base image; returns its local tag."""
+    from launcher.images.commands import build_image
+
+    base_image.build(report)
+    report(f"job image {TAG}: gpujob image build lab-cpu ...")
+    return build_image("lab-cpu", push=None, dry_run=False, report=lambda _: None).tag
 
 
 if __name__ == "__main__":  # python -m infra.lab.job_image (needs `gpujob lab up` first)

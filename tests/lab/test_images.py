@@ -1,6 +1,9 @@
 """`gpujob image build lab-cpu --push`: a real image from the lab base and a verified
 wheelhouse, pushed to the lab registry, pulled by a lab host's own dockerd, running the
-quickstart under torchrun; and a wheel that fails its hash stops the build before any push."""
+quickstart under torchrun; and a wheel that fails its hash stops the build before any push.
+The lab's job image is this image plus `USER root` (infra/lab/job_image.py builds it through
+the same code), so on a machine whose lab is up the build here finds it built, as a second
+`image build` of one lock does (the lab's build of it is the cold one)."""
 
 from __future__ import annotations
 
