@@ -81,11 +81,13 @@ def add(ref: str, image_id: str) -> None:
         sock = root() / "docker.sock"
         log = root() / "dockerd.log"
         (root() / "docker").mkdir(exist_ok=True)
+        _stop_orphan()
         (root() / "dockerd.pid").unlink(missing_ok=True)
         shutil.rmtree(root() / "exec", ignore_errors=True)  # a killed dockerd's debris
         # its networks name the last lab's bridge: this lab's is another, and a store holds none
         shutil.rmtree(root() / "docker" / "network", ignore_errors=True)
         daemon = state.spawn(dockerd_argv(), log)
+        _write_atomically(root() / "dockerd.json", json.dumps(daemon))
         try:
             from infra.lab.boot import docker_answers
 
@@ -94,8 +96,21 @@ def add(ref: str, image_id: str) -> None:
             state.run(["docker", "-H", f"unix://{sock}", "pull", "-q", ref])
         finally:
             state.stop(daemon, timeout=30)
+            (root() / "dockerd.json").unlink(missing_ok=True)
         images[ref] = image_id
         _write_atomically(root() / "images.json", json.dumps(images, indent=2, sort_keys=True))
+
+
+def _stop_orphan() -> None:
+    """The store's dockerd of an `add` that was killed (SIGKILL skips its `finally`) still
+    runs on the store's data root; a second dockerd there would share it. Under the store's
+    exclusive lock no live `add` owns it, so it is stopped by its record (pid, start time)."""
+    try:
+        orphan = json.loads((root() / "dockerd.json").read_text())
+    except (OSError, ValueError):
+        return
+    state.stop(orphan, timeout=30)
+    (root() / "dockerd.json").unlink(missing_ok=True)
 
 
 def dockerd_argv() -> list[str]:

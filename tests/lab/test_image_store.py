@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from labtools import base_image_ref, docker
+from labtools import REPO, base_image_ref, docker
 
 pytestmark = pytest.mark.lab
 
@@ -101,3 +101,38 @@ def test_the_stores_dockerd_leaves_the_machines_docker0_alone(lab) -> None:
     image_store.add(ref, "refilled-by-the-test")
     assert ref in image_store.held()
     assert docker0(), "the store's dockerd deleted the machine's docker0"
+
+
+def test_the_dockerd_of_a_killed_add_is_stopped_by_the_next_add(lab) -> None:
+    """An `add` killed while its dockerd pulls leaves that dockerd running on the store (it is
+    a daemon of its own session); the next `add` stops it before starting its own, so two
+    dockerds never share the store's data root."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from infra.lab import image_store, state
+
+    ref = base_image_ref()
+    with image_store.locked(exclusive=True):
+        held = image_store.held()
+        held.pop(ref, None)
+        (image_store.root() / "images.json").write_text(json.dumps(held))
+    code = f"from infra.lab import image_store; image_store.add({ref!r}, 'killed')"
+    adding = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
+    record = image_store.root() / "dockerd.json"
+    deadline = time.monotonic() + 60
+    while not record.exists() and adding.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert record.exists(), "the add never started its dockerd"
+    orphan = json.loads(record.read_text())
+    adding.send_signal(signal.SIGKILL)
+    adding.wait()
+    assert state.alive(orphan), "the killed add's dockerd should outlive it"
+
+    image_store.add(ref, "after-the-kill")
+    assert not state.alive(orphan)
+    assert not record.exists()
+    assert image_store.held()[ref] == "after-the-kill"
