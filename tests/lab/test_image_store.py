@@ -136,3 +136,25 @@ def test_the_dockerd_of_a_killed_add_is_stopped_by_the_next_add(lab) -> None:
     assert not state.alive(orphan)
     assert not record.exists()
     assert image_store.held()[ref] == "after-the-kill"
+
+
+def test_a_host_killed_while_it_was_seeded_boots_with_the_images_whole(lab) -> None:
+    """A crash between the first copy and the list of bound layers leaves a data root half
+    made (here: no list, one layer's files gone); the next boot makes it again."""
+    import infra.lab
+    from infra.lab import boot
+
+    ref = base_image_ref()
+    host = infra.lab.create_host("isk", docker=True)
+    try:
+        infra.lab.kill_host_processes(host.name)
+        folder = boot.host_dir(host.name)
+        (folder / "store-layers.json").unlink()
+        (folder / "store-layers.seeding").touch()
+        next((folder / "docker" / "overlay2").glob("*/link")).unlink()
+        infra.lab.create_host(host.name, docker=True)
+        assert not (folder / "store-layers.seeding").exists()
+        done = docker(host, "run", "--rm", "--network", "none", ref, "cat", "/etc/os-release")
+        assert done.returncode == 0 and "bookworm" in done.stdout, done.stderr
+    finally:
+        infra.lab.destroy_host(host.name)
