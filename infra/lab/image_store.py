@@ -82,6 +82,7 @@ def add(ref: str, image_id: str) -> None:
         log = root() / "dockerd.log"
         (root() / "docker").mkdir(exist_ok=True)
         _stop_orphan()
+        _unmount_data_root()
         (root() / "dockerd.pid").unlink(missing_ok=True)
         shutil.rmtree(root() / "exec", ignore_errors=True)  # a killed dockerd's debris
         # its networks name the last lab's bridge: this lab's is another, and a store holds none
@@ -97,6 +98,7 @@ def add(ref: str, image_id: str) -> None:
         finally:
             state.stop(daemon, timeout=30)
             (root() / "dockerd.json").unlink(missing_ok=True)
+            _unmount_data_root()
         images[ref] = image_id
         _write_atomically(root() / "images.json", json.dumps(images, indent=2, sort_keys=True))
 
@@ -111,6 +113,17 @@ def _stop_orphan() -> None:
         return
     state.stop(orphan, timeout=30)
     (root() / "dockerd.json").unlink(missing_ok=True)
+
+
+def _unmount_data_root() -> None:
+    """dockerd binds its data root onto itself (to set its propagation) and undoes it when it
+    stops, unless it found the bind there already or was killed: in the machine's own mount
+    namespace, where the store's dockerd runs, the bind would outlive every lab (and make the
+    folder impossible to remove)."""
+    target = str(root() / "docker")
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    for _ in range(sum(line.split()[4] == target for line in mounts)):
+        state.run(["umount", target], check=False)
 
 
 def dockerd_argv() -> list[str]:

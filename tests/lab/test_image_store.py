@@ -106,7 +106,8 @@ def test_the_stores_dockerd_leaves_the_machines_docker0_alone(lab) -> None:
 def test_the_dockerd_of_a_killed_add_is_stopped_by_the_next_add(lab) -> None:
     """An `add` killed while its dockerd pulls leaves that dockerd running on the store (it is
     a daemon of its own session); the next `add` stops it before starting its own, so two
-    dockerds never share the store's data root."""
+    dockerds never share the store's data root, and no bind of that data root is left in
+    the machine's mount namespace."""
     import json
     import signal
     import subprocess
@@ -136,6 +137,8 @@ def test_the_dockerd_of_a_killed_add_is_stopped_by_the_next_add(lab) -> None:
     assert not state.alive(orphan)
     assert not record.exists()
     assert image_store.held()[ref] == "after-the-kill"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    assert str(image_store.root() / "docker") not in mounts, "the store's dockerd left its bind"
 
 
 def test_a_host_killed_while_it_was_seeded_boots_with_the_images_whole(lab) -> None:
