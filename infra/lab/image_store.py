@@ -34,7 +34,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shlex
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,12 +140,23 @@ def dockerd_argv() -> list[str]:
     ]  # fmt: skip
 
 
+BIND = """set -e
+for folder in "$1" "$2"; do mountpoint -q "$folder" || mount --bind "$folder" "$folder"; done
+shift 2
+while [ "$#" -gt 0 ]; do mountpoint -q "$2" || mount --bind -o ro "$1" "$2"; shift 2; done
+"""
+"""Run in the host's mount namespace with the data root, its overlay2/, then (store layer,
+host layer) pairs. dockerd makes its folders private by binding each onto itself unless it
+is a mount point already, and that plain bind would hide the layers bound inside: so both
+are made mount points first. What is mounted already (dockerd restarted, its host's sshd
+alive) is left as it is, never stacked."""
+
+
 def seed(data_root: Path, mount_ns_pid: int) -> bool:
-    """Give a host's data root the store's images (False: the store is off or empty, or the
-    data root is a booted host's own), and bind their layers' files into the mount namespace
-    of `mount_ns_pid` (the host's sshd, whose namespace its dockerd joins) at every boot."""
-    if not enabled():
-        return False
+    """Give a fresh host's data root the store's images, and bind their layers' files into
+    the mount namespace of `mount_ns_pid` (the host's sshd, whose namespace its dockerd joins)
+    at every boot (False: no layers bound: the store is off or empty, or the data root is the
+    host's own)."""
     listed = data_root.parent / "store-layers.json"
     seeding = data_root.parent / "store-layers.seeding"
     with locked(exclusive=False):
@@ -154,27 +164,25 @@ def seed(data_root: Path, mount_ns_pid: int) -> bool:
             shutil.rmtree(data_root, ignore_errors=True)
             data_root.mkdir()
             listed.unlink(missing_ok=True)
-        if not listed.exists():
-            if any(data_root.iterdir()) or not held():
+            seeding.unlink()
+        if not listed.exists():  # turning the store off keeps seeded hosts' layers bound
+            if not enabled() or any(data_root.iterdir()) or not held():
                 return False
             seeding.touch()
             layers = _copy_all_but_layer_files(root() / "docker", data_root)
             _write_atomically(listed, json.dumps(layers))
             seeding.unlink()
-        layers = json.loads(listed.read_text())
-        binds = [
-            f"mount --bind -o ro {shlex.quote(str(root() / 'docker' / 'overlay2' / diff))}"
-            f" {shlex.quote(str(data_root / 'overlay2' / diff))}"
-            for diff in (f"{layer}/diff" for layer in layers)
-            if (data_root / "overlay2" / diff).is_dir()  # not removed by the host since
+        pairs = [
+            str(where / layer / "diff")
+            for layer in json.loads(listed.read_text())
+            if (data_root / "overlay2" / layer / "diff").is_dir()  # not removed by the host
+            for where in (root() / "docker" / "overlay2", data_root / "overlay2")
         ]
-        if binds:  # dockerd makes its folders private by binding each onto itself unless it
-            # is a mount point already, and a plain bind would hide the layers bound inside
-            selves = [f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(p))}"
-                      for p in (data_root, data_root / "overlay2")]  # fmt: skip
+        if pairs:
+            folders = [str(data_root), str(data_root / "overlay2")]
             state.run(["nsenter", f"--mount=/proc/{mount_ns_pid}/ns/mnt", "--",
-                       "sh", "-c", " && ".join([*selves, *binds])])  # fmt: skip
-    return bool(binds)
+                       "sh", "-c", BIND, "bind", *folders, *pairs])  # fmt: skip
+    return bool(pairs)
 
 
 def _copy_all_but_layer_files(store: Path, data_root: Path) -> list[str]:
@@ -187,6 +195,8 @@ def _copy_all_but_layer_files(store: Path, data_root: Path) -> list[str]:
     overlay.mkdir()
     shutil.copystat(store / "overlay2", overlay)
     for folder in sorted((store / "overlay2").iterdir()):
+        if not folder.is_dir() or folder.is_symlink():  # xfs quotas' backingFsBlockDev
+            continue
         if folder.name == "l":
             state.run(["cp", "-a", str(folder), str(overlay / "l")])
             continue

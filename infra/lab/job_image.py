@@ -6,8 +6,9 @@ file verified, installed offline with --require-hashes on the lab's base), and t
 adds only `USER root`, which the Vast fake's emulated entrypoint (sshd, /root/.ssh) needs.
 So the machine installs torch into an image once (about two minutes on two cores): the
 image tests' `gpujob image build lab-cpu` finds the product's image built, and its push
-finds the layers in the registry. A tag whose label holds the same key (the lock hash and
-this Dockerfile) is not built again. Pushed to the lab registry for the hosts to pull.
+finds the layers in the registry. A tag whose label holds the same key (the product image's
+tag, which names its lock, and both Dockerfiles) is not built again. Pushed to the lab
+registry for the hosts to pull.
 """
 
 from __future__ import annotations
@@ -95,19 +96,20 @@ def build_once(
 
 def build(report: Callable[[str], None] = print) -> str:
     """Build the image unless a tag with the same key exists; push it; return the hosts' ref."""
-    from launcher.images.commands import read_lock
+    from launcher.images.commands import build_image
 
-    _, lock = read_lock("lab-cpu")
+    product = build_image("lab-cpu", push=None, dry_run=True, report=lambda _: None)
     dockerfile = DOCKERFILE.read_text()
-    key = hashlib.sha256(f"{lock.lock_hash}\n{dockerfile}".encode()).hexdigest()
+    text = f"{product.tag}\n{product.dockerfile}\n{dockerfile}"
+    key = hashlib.sha256(text.encode()).hexdigest()
 
     def fill(context: Path) -> None:
         shutil.copy(DOCKERFILE, context / "Dockerfile")
 
     if built_hash(TAG) != key:
         with naming.image_build_lock():
-            product = product_image(report)
-            build_once(TAG, key, fill, report, build_args={"PRODUCT": product})
+            build_args = {"PRODUCT": product_image(report)}
+            build_once(TAG, key, fill, report, build_args=build_args)
     report(f"pushing {TAG} to the lab registry ...")
     return registry.push(TAG, TAG)
 

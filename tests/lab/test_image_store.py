@@ -5,6 +5,7 @@ container of one host writes, or one host removing the image, leaves the others'
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -50,6 +51,10 @@ def test_a_fresh_host_starts_with_the_lab_image_and_keeps_its_writes_to_itself(l
         assert len(shared) > 1000, "the host's layers are not the store's files"  # a copy
         outside = set(store.items()) & set(layer_files(data_root).items())
         assert not outside, "the store's files are bound only in the host's namespace"
+        a_file = Path(f"{seen_by(hosts[0].name)}{data_root}") / next(iter(shared))[0]
+        with pytest.raises(OSError) as refused:  # nothing of a host's can change them
+            a_file.open("a").close()
+        assert refused.value.errno == errno.EROFS
 
         write = "echo changed > /etc/debian_version; cat /etc/debian_version"
         done = docker(hosts[0], "run", "--rm", "--network", "none", ref, "sh", "-c", write)
