@@ -186,29 +186,25 @@ def seed(data_root: Path, mount_ns_pid: int) -> bool:
 
 
 def _copy_all_but_layer_files(store: Path, data_root: Path) -> list[str]:
-    """`image/` whole; of `overlay2/`, the short-name links and every layer folder but the
-    contents of its `diff/` (a mount point left empty). Returns the layers' folder names."""
+    """`image/` whole; `overlay2/` with the short-name links and every layer folder but the
+    contents of its `diff/` (a mount point left empty), in one walk. Returns the layers'
+    folder names."""
     if (store / "image").is_dir():
         state.run(["cp", "-a", str(store / "image"), str(data_root / "image")])
-    layers = []
-    overlay = data_root / "overlay2"
-    overlay.mkdir()
-    shutil.copystat(store / "overlay2", overlay)
-    for folder in sorted((store / "overlay2").iterdir()):
-        if not folder.is_dir() or folder.is_symlink():  # xfs quotas' backingFsBlockDev
-            continue
-        if folder.name == "l":
-            state.run(["cp", "-a", str(folder), str(overlay / "l")])
-            continue
-        (overlay / folder.name).mkdir()
-        shutil.copystat(folder, overlay / folder.name)
-        small = [str(entry) for entry in folder.iterdir() if entry.name != "diff"]
-        if small:
-            state.run(["cp", "-a", *small, str(overlay / folder.name)])
-        (overlay / folder.name / "diff").mkdir()
-        shutil.copystat(folder / "diff", overlay / folder.name / "diff")
-        layers.append(folder.name)
-    return layers
+    top = store / "overlay2"
+
+    def left_out(folder: str, names: list[str]) -> list[str]:
+        here = Path(folder)
+        if here == top:  # what is not a folder there (xfs quotas' backingFsBlockDev)
+            return [name for name in names if not (here / name).is_dir()]
+        return names if here.name == "diff" and here.parent.parent == top else []
+
+    shutil.copytree(top, data_root / "overlay2", symlinks=True, ignore=left_out)
+    return sorted(
+        entry.name
+        for entry in (data_root / "overlay2").iterdir()
+        if entry.name != "l" and not entry.is_symlink()
+    )
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -106,10 +106,8 @@ def build(report: Callable[[str], None] = print) -> str:
     def fill(context: Path) -> None:
         shutil.copy(DOCKERFILE, context / "Dockerfile")
 
-    if built_hash(TAG) != key:
-        with naming.image_build_lock():
-            build_args = {"PRODUCT": product_image(report)}
-            build_once(TAG, key, fill, report, build_args=build_args)
+    if built_hash(TAG) != key:  # else the product's image is not even looked at
+        build_once(TAG, key, fill, report, build_args={"PRODUCT": product_image(report)})
     report(f"pushing {TAG} to the lab registry ...")
     return registry.push(TAG, TAG)
 
